@@ -1,0 +1,26 @@
+"""param_compute: a PyTorch operator benchmark engine that replays JSON operator specs.
+
+Flow: spec file -> validated spec -> expanded run plan -> materialized arguments -> operator and
+timing -> result records -> writers. Plugin names follow PARAM's.
+"""
+
+from .errors import SpecError
+from .interfaces import ConfigIterator, DataGenerator, OperatorInterface
+from .options import RunOptions
+from .registry import (register_config_iterator, register_data_generator, register_operator,
+                       register_operators, register_unavailable_operators)
+from .timing import ExecMode
+
+
+def run(spec, options=None, workloads_dirs=(), sinks=(), **option_values):
+    """Validate and run a spec (dict or path) in-process; see ``param_compute.session.run``."""
+    from .session import run as _run
+
+    return _run(spec, options, workloads_dirs, sinks, **option_values)
+
+
+__all__ = [
+    "ConfigIterator", "DataGenerator", "ExecMode", "OperatorInterface", "RunOptions", "SpecError",
+    "register_config_iterator", "register_data_generator", "register_operator",
+    "register_operators", "register_unavailable_operators", "run",
+]

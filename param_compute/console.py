@@ -1,0 +1,95 @@
+"""Console output: a rich progress bar (when stderr is a terminal) and the summary table."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.table import Table
+
+from .engine import RunSummary
+from .expansion import PlannedRun
+from .records import STATUS_OK, RunRecord
+
+#: The summary table shows at most this many runs (memory stays flat for huge runs).
+SUMMARY_ROWS = 40
+
+
+def _ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:.1f} ms"
+    if value >= 1:
+        return f"{value:.3f} ms"
+    return f"{value * 1000:.2f} µs"
+
+
+class ConsoleReporter:
+    """Progress while running, then one summary table of measured runs and failures."""
+
+    def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,
+                 console: Optional[Console] = None):
+        self.console = console or Console(stderr=True)
+        self.show_progress = sys.stderr.isatty() if progress is None else progress
+        self.results_path = results_path
+        self.rows: List[RunRecord] = []
+        self.hidden_rows = 0
+        self.progress: Optional[Progress] = None
+        self.task = None
+
+    def start(self, total: Optional[int]) -> None:
+        if not self.show_progress:
+            return
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=self.console, transient=True)
+        self.progress.start()
+        self.task = self.progress.add_task("starting", total=total)
+
+    def run_done(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=f"{run.op_name} {run.id}")
+        if record is None:
+            return
+        if len(self.rows) < SUMMARY_ROWS:
+            self.rows.append(record)
+        else:
+            self.hidden_rows += 1
+
+    def finish(self, summary: RunSummary) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        table = Table(title="param_compute results", title_justify="left")
+        for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
+                                ("median", "right"), ("p10 – p90", "right"), ("n", "right")):
+            table.add_column(column, justify=justify)
+        for record in self.rows:
+            if record.status != STATUS_OK:
+                table.add_row(record.op_name, record.id, "-", f"[red]{record.status}[/red]",
+                              record.error.message[:60] if record.error else "", "")
+                continue
+            for name, stats in record.stats().items():
+                if stats is None:
+                    continue
+                table.add_row(record.op_name, record.id, name, _ms(stats["median"]),
+                              f"{_ms(stats['p10'])} – {_ms(stats['p90'])}", str(stats["n"]))
+        if self.rows:
+            self.console.print(table)
+        if self.hidden_rows:
+            self.console.print(f"... {self.hidden_rows} more runs in the results file")
+        parts = [f"{summary.ok} measured"]
+        if summary.dry_run:
+            parts.append(f"{summary.dry_run} planned (dry run)")
+        if summary.failed:
+            parts.append(f"[red]{len(summary.failed)} failed[/red]")
+        if summary.skipped:
+            parts.append(f"{summary.skipped} skipped")
+        self.console.print(", ".join(parts))
+        for record in summary.failed[:SUMMARY_ROWS]:
+            self.console.print(f"  [red]failed[/red] {record.op_name}|{record.id} "
+                               f"({record.error.phase}): {record.error.type}: "
+                               f"{record.error.message}")
+        if self.results_path:
+            self.console.print(f"results: {self.results_path}")

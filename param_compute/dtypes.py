@@ -1,0 +1,27 @@
+"""Tensor dtype names accepted in specs (torch-free, so validation needs no torch import)."""
+
+#: spec name -> torch dtype attribute name
+DTYPE_NAMES = {
+    "float": "float32", "float32": "float32",
+    "double": "float64", "float64": "float64",
+    "float16": "float16", "half": "float16",
+    "bfloat16": "bfloat16",
+    "int": "int32", "int32": "int32",
+    "long": "int64", "int64": "int64",
+    "int8": "int8", "int16": "int16", "uint8": "uint8",
+    "bool": "bool",
+    "complex64": "complex64", "complex128": "complex128",
+}
+
+#: dtypes whose tensors may require grad (and do by default).
+DIFFERENTIABLE = frozenset({"float32", "float64", "float16", "bfloat16", "complex64", "complex128"})
+
+#: bytes per element, for memory estimates.
+ITEM_SIZE = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
+    "int16": 2, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
+}
+
+
+def is_differentiable(spec_dtype: str) -> bool:
+    return DTYPE_NAMES.get(spec_dtype) in DIFFERENTIABLE

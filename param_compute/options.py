@@ -1,0 +1,46 @@
+"""Run options: one typed object from the command line (or library call) to the engine."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional
+
+from .errors import OptionsError
+from .timing import ExecMode
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device: str = "cpu"
+    warmup: int = 1
+    iteration: int = 1
+    backward: bool = False
+    exec_mode: ExecMode = ExecMode.DISCRETE
+    num_threads: int = 1
+    seed: int = 0
+    resume_id: Optional[str] = None
+    stop_id: Optional[str] = None
+    dry_run: bool = False
+
+    def check(self) -> "RunOptions":
+        if self.warmup < 0:
+            raise OptionsError(f"--warmup must be >= 0, got {self.warmup}")
+        if self.iteration < 1:
+            raise OptionsError(f"--iteration must be >= 1, got {self.iteration}")
+        if self.num_threads < 1:
+            raise OptionsError(f"--num-threads must be >= 1, got {self.num_threads}")
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) \
+                or (kind == "cpu" and index):
+            raise OptionsError(f"--device must be cpu, cuda or cuda:N, got {self.device!r}")
+        return self
+
+    def to_json(self) -> Dict[str, Any]:
+        """PARAM's run_options keys where they exist, plus ours; plain JSON values only."""
+        out = asdict(self)
+        out["exec_mode"] = self.exec_mode.value
+        out["op_exec_mode"] = self.exec_mode.value
+        out["pass_type"] = "backward" if self.backward else "forward"
+        out["resume_op_run_id"] = self.resume_id
+        out["stop_op_run_id"] = self.stop_id
+        return out

@@ -1,0 +1,64 @@
+"""Typed result records and their JSON form (PARAM's layout, extended compatibly).
+
+A results file is JSON Lines: a header ``{run_options, sys_info, start_time}``, one line per run
+``{op_name, id, status, metric, stats, config}`` (``error`` instead of metrics when a run failed),
+and a last line ``{finish_time, ...}``. Times are milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .stats import NOISY_CV, summarize
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_DRY_RUN = "dry-run"
+
+
+@dataclass
+class PassResult:
+    """Times of one pass (``forward`` or ``backward``) of one run."""
+
+    name: str
+    warmup_ms: List[float]
+    measure_ms: List[float]
+
+    def metric(self) -> Dict[str, List[float]]:
+        return {"warmup.time": self.warmup_ms, "measure.time": self.measure_ms}
+
+
+@dataclass
+class RunError:
+    type: str
+    message: str
+    phase: str  # "build", "data", "forward", "backward"
+
+
+@dataclass
+class RunRecord:
+    op_name: str
+    id: str
+    config: Dict[str, Any]
+    status: str = STATUS_OK
+    passes: List[PassResult] = field(default_factory=list)
+    error: Optional[RunError] = None
+
+    def stats(self) -> Dict[str, Optional[Dict[str, float]]]:
+        return {p.name: summarize(p.measure_ms) for p in self.passes}
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
+        if self.status == STATUS_OK:
+            stats = self.stats()
+            out["metric"] = {p.name: p.metric() for p in self.passes}
+            out["stats"] = stats
+            noisy = [name for name, s in stats.items() if s and s["n"] > 2 and s["cv"] > NOISY_CV]
+            if noisy:
+                out["noisy"] = noisy
+        elif self.error is not None:
+            out["error"] = {"type": self.error.type, "message": self.error.message,
+                            "phase": self.error.phase}
+        out["config"] = self.config
+        return out

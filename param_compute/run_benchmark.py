@@ -1,0 +1,162 @@
+"""``python -m param_compute.run_benchmark -c spec.json``: validate, expand, run, write results.
+
+Exit status: 0 every run measured; 1 some run failed (its error record is in the results);
+2 invalid spec or options (nothing runs, no results file is created).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from .options import RunOptions
+from .timing import ExecMode
+
+log = logging.getLogger("param_compute")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m param_compute.run_benchmark",
+        description="Replay a JSON operator spec: validate, expand, time each run, write JSON "
+                    "Lines results (PARAM-compatible).")
+    p.add_argument("-c", "--config", type=Path, help="the spec file (JSON)")
+    p.add_argument("-w", "--warmup", type=int, default=1, help="warm-up iterations (default 1)")
+    p.add_argument("-i", "--iteration", type=int, default=1,
+                   help="measured iterations (default 1)")
+    p.add_argument("-b", "--backward", action="store_true",
+                   help="also time the backward pass (gradient creation is not timed)")
+    p.add_argument("-d", "--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--exec-mode", choices=[m.value for m in ExecMode],
+                   default=ExecMode.DISCRETE.value,
+                   help="discrete: each iteration timed alone; continuous: the loop timed as a "
+                        "whole; continuous_events: back to back, one event pair per iteration")
+    p.add_argument("--num-threads", type=int, default=1,
+                   help="torch intra-op threads (default 1, as PARAM)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed for generated data; same seed, same data (default 0)")
+    p.add_argument("-o", "--output-prefix", default="benchmark_result",
+                   help="results go to PREFIX_PID_TIMESTAMP.json (default benchmark_result)")
+    p.add_argument("--output", type=Path, help="write results to exactly this file")
+    p.add_argument("-a", "--append", action="store_true",
+                   help="append to the results file instead of overwriting it")
+    p.add_argument("-r", "--resume-id",
+                   help="skip runs before this op_name|id; it and the runs after it run")
+    p.add_argument("-s", "--stop-id", "--stop_id", dest="stop_id",
+                   help="stop at this op_name|id: it and everything after are skipped")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and expand only: write the planned runs, allocate nothing")
+    p.add_argument("--workloads-dir", type=Path, action="append", default=[],
+                   help="import every .py in DIR as a workload module (repeatable)")
+    p.add_argument("--list-ops", action="store_true",
+                   help="list registered workloads and the resolvable namespaces, then exit")
+    p.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    p.add_argument("-l", "--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level (DEBUG also prints tracebacks)")
+    p.add_argument("-v", "--verbose", action="store_true", help="same as --log-level DEBUG")
+    return p
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger("param_compute")
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level))
+    root.propagate = False
+
+
+def _results_path(args: argparse.Namespace, start: datetime) -> Path:
+    if args.output is not None:
+        return args.output
+    return Path(f"{args.output_prefix}_{os.getpid()}_{int(start.timestamp())}.json")
+
+
+def _list_ops(toolchain) -> None:
+    from rich.console import Console
+
+    from .resolution import ALLOWED_FORMS
+
+    console = Console()
+    regs = toolchain.registries
+    console.print(f"[bold]Registered operators ({len(regs.operators)})[/bold]")
+    for name in sorted(regs.operators):
+        console.print(f"  {name}")
+    for name, why in sorted(regs.unavailable_operators.items()):
+        console.print(f"  {name}  [yellow](unavailable: {why})[/yellow]")
+    console.print(f"[bold]Also resolvable by name[/bold]: {ALLOWED_FORMS}")
+    console.print(f"[bold]Config iterators[/bold]: {', '.join(sorted(regs.config_iterators))}")
+    console.print(f"[bold]Data generators[/bold]: {', '.join(sorted(regs.data_generators))}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = "DEBUG" if args.verbose else args.log_level
+    _setup_logging(level)
+    try:
+        return _main(args, parser)
+    except (SpecError, OptionsError) as exc:
+        print(str(exc) if isinstance(exc, SpecError) else f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an engine bug: say what, keep the traceback for DEBUG
+        log.debug("internal error", exc_info=True)
+        print(f"internal error: {type(exc).__name__}: {exc} (rerun with --log-level DEBUG for "
+              "the traceback)", file=sys.stderr)
+        return EXIT_RUN_FAILED
+
+
+def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .console import ConsoleReporter
+    from .devices import check_device
+    from .session import Toolchain
+    from .sysinfo import sys_info
+    from .writers import JsonlResultWriter
+
+    for directory in args.workloads_dir:
+        if not directory.is_dir():
+            raise OptionsError(f"--workloads-dir {directory}: not a directory")
+    toolchain = Toolchain.start(args.workloads_dir)
+    if args.list_ops:
+        _list_ops(toolchain)
+        return 0
+    if args.config is None:
+        parser.error("the following arguments are required: -c/--config")
+    options = RunOptions(device=args.device, warmup=args.warmup, iteration=args.iteration,
+                         backward=args.backward, exec_mode=ExecMode(args.exec_mode),
+                         num_threads=args.num_threads, seed=args.seed,
+                         resume_id=args.resume_id, stop_id=args.stop_id,
+                         dry_run=args.dry_run).check()
+    if not options.dry_run:
+        check_device(options.device)
+    spec = toolchain.load(args.config)
+
+    start = datetime.now()
+    path = _results_path(args, start)
+    run_options = options.to_json()
+    run_options["config_file"] = str(args.config)
+    run_options["benchmark_args"] = {k: (str(v) if isinstance(v, Path) else v)
+                                     for k, v in vars(args).items()
+                                     if k != "workloads_dir"}
+    run_options["benchmark_args"]["workloads_dir"] = [str(d) for d in args.workloads_dir]
+    header = {"run_options": run_options,
+              "sys_info": sys_info(options.device, include_torch=True),
+              "start_time": start.isoformat(timespec="seconds")}
+    sinks = [JsonlResultWriter(path, header, append=args.append),
+             ConsoleReporter(str(path), progress=False if args.no_progress else None)]
+    summary = toolchain.engine(spec, options, sinks).run()
+    return summary.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

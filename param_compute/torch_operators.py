@@ -1,0 +1,127 @@
+"""Operator adapters for torch callables: functions, in-place Tensor methods, nn.Modules, aten ops.
+
+Each adapter is an ``OperatorInterface`` whose ``bind_forward`` returns the cheapest possible
+zero-argument callable (a ``functools.partial`` of the underlying function), so the timed loop
+pays for the operator call and nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from .interfaces import OperatorInterface
+
+
+class CallableOperator(OperatorInterface):
+    """A plain torch function such as ``torch.add`` or ``torch.nn.functional.gelu``."""
+
+    def __init__(self, function: Callable[..., Any]):
+        self.function = function
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
+        return functools.partial(self.function, *args, **kwargs)
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    return value
+
+
+class InplaceMethodOperator(OperatorInterface):
+    """PARAM's in-place names: ``torch.add_`` runs ``Tensor.add_`` on the first argument.
+
+    In-place updates of a leaf that requires grad are illegal in autograd, and recording them
+    would grow a graph without bound over the iterations; the arguments are therefore detached
+    once at bind time (sharing storage, outside the timed region). In-place ops have no backward.
+    """
+
+    supports_backward = False
+
+    def __init__(self, method_name: str):
+        self.method_name = method_name
+        self.method = getattr(torch.Tensor, method_name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad():
+            return self.method(*args, **kwargs)
+
+    def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
+        args = [_detached(a) for a in args]
+        kwargs = {k: _detached(v) for k, v in kwargs.items()}
+        return functools.partial(self.method, *args, **kwargs)
+
+
+class ModuleOperator(OperatorInterface):
+    """A ``torch.nn.Module`` class, built from the build args and moved to the run device."""
+
+    def __init__(self, module_class: type):
+        self.module_class = module_class
+        self.module: Optional[torch.nn.Module] = None
+
+    def build(self, *args: Any, **kwargs: Any) -> None:
+        self.module = self.module_class(*args, **kwargs).to(self.device)
+
+    def _built(self) -> torch.nn.Module:
+        if self.module is None:  # a module spec with no build entry: default construction
+            self.build()
+        return self.module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._built()(*args, **kwargs)
+
+    def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
+        return functools.partial(self._built(), *args, **kwargs)
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        self.module = None
+
+
+def aten_overload_name(op_name: str, schema: Optional[str]) -> str:
+    """The overload an ``aten::`` spec means: from its schema string, else from the op name.
+
+    ``aten::add`` with schema ``aten::add.Tensor(...)`` -> ``Tensor``; ``aten::matmul(...)`` ->
+    ``default``; ``aten::add.Scalar`` with no schema -> ``Scalar``.
+    """
+    qualified = op_name
+    if schema:
+        qualified = schema.split("(", 1)[0].strip()
+    base = qualified[len("aten::"):] if qualified.startswith("aten::") else qualified
+    return base.split(".", 1)[1] if "." in base else "default"
+
+
+def aten_base_name(op_name: str) -> str:
+    base = op_name[len("aten::"):] if op_name.startswith("aten::") else op_name
+    return base.split(".", 1)[0]
+
+
+class AtenOperator(OperatorInterface):
+    """An ``aten::`` operator run through ``torch.ops.aten.<name>.<overload>`` directly.
+
+    The build args carry the schema string (PARAM's ``aten_ops.json`` form); the overload named
+    there is the one called. Without build args the op name itself may carry the overload.
+    """
+
+    def __init__(self, op_name: str):
+        self.op_name = op_name
+        self.function: Optional[Callable[..., Any]] = None
+        self.build()
+
+    def build(self, schema: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
+        packet = getattr(torch.ops.aten, aten_base_name(self.op_name))
+        self.function = getattr(packet, aten_overload_name(self.op_name, schema))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
+        return functools.partial(self.function, *args, **kwargs)
