@@ -90,6 +90,6 @@ class ConsoleReporter:
         for record in summary.failed[:SUMMARY_ROWS]:
             self.console.print(f"  [red]failed[/red] {record.op_name}|{record.id} "
                                f"({record.error.phase}): {record.error.type}: "
-                               f"{record.error.message}")
+                               f"{record.error.message}", soft_wrap=True, highlight=False)
         if self.results_path:
-            self.console.print(f"results: {self.results_path}")
+            self.console.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)

@@ -212,20 +212,24 @@ class _Executor:
         return self.generators[name]
 
     def execute(self, run: PlannedRun) -> RunRecord:
+        """Measure one run; a failure becomes an error record keeping any pass already measured."""
         op_spec = self.spec.operators[run.op_index]
+        passes: List[PassResult] = []
         try:
             op = self._phase("build", lambda: self.built.get(run, op_spec, self.seed_run))
             self.seed_run(run.key)
             args, kwargs = self._phase("data", lambda: self._generator(
                 op_spec.input_data_generator).get_data(run.input, self.options.device))
-            passes = [self._phase("forward", lambda: self._forward(op, args, kwargs))]
+            passes.append(self._phase("forward", lambda: self._forward(op, args, kwargs)))
             if self.options.backward:
                 passes.append(self._phase("backward", lambda: self._backward(op, args, kwargs)))
         except _PhaseError as failure:
             log.debug("run %s failed in %s", run.key, failure.phase, exc_info=failure.cause)
             log.warning("%s failed in %s: %s: %s", run.key, failure.phase,
                         type(failure.cause).__name__, failure.cause)
-            return _error(run, failure.cause, failure.phase)
+            record = _error(run, failure.cause, failure.phase)
+            record.passes = passes
+            return record
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes)
 
     @staticmethod

@@ -22,6 +22,10 @@ class RunOptions:
     stop_id: Optional[str] = None
     dry_run: bool = False
 
+    def __post_init__(self) -> None:
+        # Library callers may pass the mode by name ("continuous").
+        object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
+
     def check(self) -> "RunOptions":
         if self.warmup < 0:
             raise OptionsError(f"--warmup must be >= 0, got {self.warmup}")

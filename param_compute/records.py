@@ -50,14 +50,14 @@ class RunRecord:
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
-        if self.status == STATUS_OK:
+        if self.passes:  # an error record keeps the passes measured before the failure
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}
             out["stats"] = stats
             noisy = [name for name, s in stats.items() if s and s["n"] > 2 and s["cv"] > NOISY_CV]
             if noisy:
                 out["noisy"] = noisy
-        elif self.error is not None:
+        if self.error is not None:
             out["error"] = {"type": self.error.type, "message": self.error.message,
                             "phase": self.error.phase}
         out["config"] = self.config

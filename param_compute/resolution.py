@@ -42,10 +42,16 @@ REFUSED_TORCH_NAMES = frozenset({
     "set_deterministic_debug_mode", "set_printoptions", "set_grad_enabled", "set_flush_denormal",
     "set_warn_always", "set_float32_matmul_precision", "set_anomaly_enabled",
     "set_autocast_enabled", "cond", "vmap", "load_library", "register_package",
+    "import_ir_module", "import_ir_module_from_buffer", "get_file_path",
+    "prepare_multiprocessing_environment", "fork", "wait", "init_num_threads",
+    "clear_autocast_cache", "autocast_increment_nesting", "autocast_decrement_nesting",
 })
+#: Setters of process-wide state (torch.set_autocast_dtype, ...) are refused as a family; the one
+#: exception is ``torch.set_`` itself, PARAM's in-place name for ``Tensor.set_``.
+REFUSED_TORCH_PREFIXES = ("set_",)
 REFUSED_ATEN_NAMES = frozenset({"save", "load", "from_file", "_save_for_lite_interpreter"})
 
-_ATEN_NAME = re.compile(r"^aten::([A-Za-z][A-Za-z0-9_]*)(\.[A-Za-z0-9_]+)?$")
+_ATEN_NAME = re.compile(r"^aten::([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z0-9_]+)?$")
 ALLOWED_FORMS = ("registered workloads, torch.X, torch.nn.functional.X, torch.special.X, "
                  "torch.linalg.X, torch.fft.X, torch.nn.<Module>, aten::name[.overload]")
 
@@ -128,13 +134,18 @@ class OperatorResolver:
             module_class = getattr(torch.nn, attr, None)
             if inspect.isclass(module_class) and issubclass(module_class, torch.nn.Module):
                 return self._ok(name, "module", partial(ModuleOperator, module_class))
+            module_classes = [n for n in _public_names(torch.nn)
+                              if inspect.isclass(getattr(torch.nn, n))
+                              and issubclass(getattr(torch.nn, n), torch.nn.Module)]
             return _refusal(f"{name!r} is not a torch.nn Module class",
-                            did_you_mean(attr, _public_names(torch.nn)))
+                            did_you_mean(attr, module_classes) or "name a Module class such as "
+                            "torch.nn.Linear; functions are in torch.nn.functional")
         namespace = FUNCTION_NAMESPACES.get(namespace_name)
         if namespace is None:
             return _refusal(f"{namespace_name!r} is not an operator namespace",
                             f"operators are {ALLOWED_FORMS}")
-        if attr in REFUSED_TORCH_NAMES:
+        if attr in REFUSED_TORCH_NAMES or (attr.startswith(REFUSED_TORCH_PREFIXES)
+                                           and attr != "set_"):
             return _refusal(f"operator {name!r} is refused: it reads or writes files, loads code "
                             "or changes process-wide state")
         if namespace is torch and attr.endswith("_") and callable(getattr(torch.Tensor, attr,

@@ -8,7 +8,7 @@ pays for the operator call and nothing else.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -109,19 +109,41 @@ class AtenOperator(OperatorInterface):
 
     The build args carry the schema string (PARAM's ``aten_ops.json`` form); the overload named
     there is the one called. Without build args the op name itself may carry the overload.
+    Like PARAM, specs may pass keyword-only schema arguments positionally (``aten::add.Tensor``
+    with ``alpha`` as a third arg): extra positional args are bound to the keyword-only
+    parameters in schema order, once, at bind time.
     """
 
     def __init__(self, op_name: str):
         self.op_name = op_name
         self.function: Optional[Callable[..., Any]] = None
-        self.build()
+        self.positional_count = 0
+        self.keyword_only: List[str] = []
 
     def build(self, schema: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
         packet = getattr(torch.ops.aten, aten_base_name(self.op_name))
         self.function = getattr(packet, aten_overload_name(self.op_name, schema))
+        arguments = self.function._schema.arguments
+        self.positional_count = sum(1 for a in arguments if not a.kwarg_only)
+        self.keyword_only = [a.name for a in arguments if a.kwarg_only]
+
+    def _bound(self, args: Sequence[Any], kwargs: Dict[str, Any]):
+        if self.function is None:
+            self.build()
+        extra = list(args[self.positional_count:])
+        if not extra:
+            return list(args), kwargs
+        if len(extra) > len(self.keyword_only):
+            raise TypeError(f"{self.op_name} takes at most {self.positional_count + len(self.keyword_only)}"
+                            f" arguments, {len(args)} given")
+        merged = dict(zip(self.keyword_only, extra))
+        merged.update(kwargs)
+        return list(args[:self.positional_count]), merged
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._bound(args, kwargs)
         return self.function(*args, **kwargs)
 
     def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
+        args, kwargs = self._bound(args, kwargs)
         return functools.partial(self.function, *args, **kwargs)

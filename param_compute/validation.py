@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .dtypes import DTYPE_NAMES, is_differentiable
 from .errors import Problem, SpecError, did_you_mean, format_json_path
 from .expansion import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR, MACRO_KEYS,
-                        RANGE_ITERATOR, compile_arg_spec_list, has_macros)
+                        RANGE_ITERATOR, full_range, has_macros)
 
 log = logging.getLogger("param_compute")
 
@@ -24,6 +24,8 @@ DEFAULT_DATA_GENERATOR = "PyTorch:DefaultDataGenerator"
 #: The spec format as JSON Schema (draft 2020-12), usable by editors too.
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "spec.schema.json"
 MAX_RUNS_PER_VARIANT = 10**12
+#: Expansion holds each range's values in memory: one range (or list) may have at most this many.
+MAX_VALUES_PER_AXIS = 10**6
 
 
 @dataclass(frozen=True)
@@ -91,20 +93,31 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _schema_problems(error) -> List[Problem]:
+    """What a JSON Schema error means, said for a person (one problem per unknown key)."""
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = list(error.schema.get("properties", {}))
+        extra = [k for k in error.instance if k not in allowed]
+        if allowed and extra:
+            path = tuple(error.absolute_path)
+            return [Problem(path + (key,), f"unknown key {key!r}",
+                            did_you_mean(key, allowed) or f"allowed keys: {', '.join(allowed)}")
+                    for key in extra]
+    return [_schema_problem(error)]
+
+
 def _schema_problem(error) -> Problem:
     path = tuple(error.absolute_path)
     kind = error.validator
     custom = error.schema.get("x-error") if isinstance(error.schema, dict) else None
+    if custom is None and kind in ("anyOf", "oneOf"):
+        # A branch's x-error says what was expected (e.g. a shape dim) better than "not valid
+        # under any of the given schemas".
+        custom = next((branch["x-error"] for branch in error.validator_value
+                       if isinstance(branch, dict) and "x-error" in branch), None)
     if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return Problem(path, f"missing required key {missing!r}")
-    if kind == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = list(error.schema.get("properties", {}))
-        extra = [k for k in error.instance if k not in allowed]
-        if allowed:
-            key = extra[0] if extra else "?"
-            hint = did_you_mean(key, allowed) or f"allowed keys: {', '.join(allowed)}"
-            return Problem(path + (key,), f"unknown key {key!r}", hint)
     if kind == "enum":
         choices = error.validator_value
         return Problem(path, f"unknown {path[-1] if path else 'value'} {_short(error.instance)}",
@@ -119,6 +132,8 @@ def _schema_problem(error) -> Problem:
         return Problem(path, f"must have at least {error.validator_value} item(s)")
     if kind == "maxItems":
         return Problem(path, f"must have at most {error.validator_value} item(s)")
+    if kind == "minimum":
+        return Problem(path, f"must be >= {error.validator_value}, got {_short(error.instance)}")
     if kind == "minProperties":
         return Problem(path, "must not be empty")
     if custom:
@@ -132,6 +147,18 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _dtype_hint(value: Any) -> str:
+    if isinstance(value, str):
+        # "bfloat" means bfloat16 rather than float: prefer a name the value begins.
+        prefixed = [name for name in DTYPE_NAMES if value and name.startswith(value)]
+        if prefixed:
+            return f"did you mean {prefixed[0]!r}?"
+        close = did_you_mean(value, DTYPE_NAMES)
+        if close:
+            return close
+    return f"known: {', '.join(DTYPE_NAMES)}"
 
 
 def _range_problem(bounds: Any) -> Optional[str]:
@@ -150,6 +177,7 @@ class _Section:
     """Context for checking one arg-spec-list (an entry of ``build`` or ``input``)."""
 
     iterator: str  # the iterator name expanding this section
+    iterator_key: str = "input_iterator"  # the operator key naming that iterator
     args: List[Any] = field(default_factory=list)
 
     @property
@@ -175,7 +203,8 @@ class SpecValidator:
 
     # -- entry point ------------------------------------------------------------------------
     def validate(self, raw: Any) -> BenchmarkSpec:
-        schema_errors = [_schema_problem(e) for e in _schema_validator().iter_errors(raw)]
+        schema_errors = [problem for error in _schema_validator().iter_errors(raw)
+                         for problem in _schema_problems(error)]
         self.problems.extend(schema_errors)
         bad_paths = [p.path for p in schema_errors]
         operators = []
@@ -236,8 +265,9 @@ class SpecValidator:
                             tuple(configs))
 
     def _check_config_entry(self, entry, path, names, resolution: Resolution, bad_paths) -> None:
-        for section_key, iterator in (("build", names["build_iterator"]),
-                                      ("input", names["input_iterator"])):
+        for section_key in ("build", "input"):
+            iterator_key = f"{section_key}_iterator"
+            iterator = names[iterator_key]
             lists = entry.get(section_key)
             if not isinstance(lists, list):
                 continue
@@ -245,7 +275,8 @@ class SpecValidator:
                 list_path = path + (section_key, index)
                 if _under(list_path, bad_paths) or not isinstance(arg_spec_list, dict):
                     continue
-                self._check_arg_spec_list(arg_spec_list, list_path, _Section(iterator))
+                self._check_arg_spec_list(arg_spec_list, list_path,
+                                          _Section(iterator, iterator_key))
         if resolution.ok and resolution.kind == "aten":
             self._check_aten_build(entry, path)
 
@@ -257,6 +288,8 @@ class SpecValidator:
             if not (isinstance(first, dict) and first.get("type") == "str"):
                 continue  # no schema string: the op name picks the overload
             schema = first.get("value")
+            if not isinstance(schema, str):
+                continue  # reported by the str check
             message = (self.check_aten_schema(op_name, schema) if self.check_aten_schema
                        else None)
             if message:
@@ -264,14 +297,20 @@ class SpecValidator:
 
     # -- arg level --------------------------------------------------------------------------
     def _check_arg_spec_list(self, asl: Dict[str, Any], path, section: _Section) -> None:
+        known_problems = len(self.problems)
         args = asl.get("args") or []
         section.args = args
         for index, spec in enumerate(args):
             self._check_data_spec(spec, path + ("args", index), section, copy_allowed=True)
         for key, spec in (asl.get("kwargs") or {}).items():
             self._check_data_spec(spec, path + ("kwargs", key), section, copy_allowed=True)
-        if section.expands_macros and not self.problems:
-            count = compile_arg_spec_list(asl).count()
+        if section.expands_macros and len(self.problems) == known_problems:
+            count = 1
+            for where, length in _variant_axes(asl, path):
+                if length > MAX_VALUES_PER_AXIS:
+                    self.problem(where, f"this range has {length} values, over the "
+                                        f"{MAX_VALUES_PER_AXIS} limit", "use a larger step")
+                count *= length
             if count == 0:
                 self.problem(path, "this variant expands to no runs (an empty range or list)")
             elif count > MAX_RUNS_PER_VARIANT:
@@ -288,7 +327,8 @@ class SpecValidator:
                 and not section.expands_macros:
             macro = ATTR_RANGE if ranged else ATTR_LIST if listed else ATTR_COPY
             self.problem(path + (macro,), f"{macro} has no effect with {section.iterator}",
-                         f"set the operator's iterator to {RANGE_ITERATOR}")
+                         f'set the operator\'s "{section.iterator_key}" to '
+                         f'"{RANGE_ITERATOR}"')
             return
         if section.custom:
             return  # a custom iterator gives macros its own meaning
@@ -319,21 +359,20 @@ class SpecValidator:
                      "genericlist": ("value",), "tuple": ("value",), "none": ()}
         allowed = rangeable.get(arg_type, ("value",))
         for macro, names in ((ATTR_RANGE, ranged), (ATTR_LIST, listed)):
+            verb = "ranged" if macro == ATTR_RANGE else "listed"
             for i, attr in enumerate(names):
                 if attr not in spec:
                     self.problem(path + (macro, i), f"{macro} names {attr!r}, which this "
                                                     f"{arg_type} arg does not have",
                                  did_you_mean(attr, [k for k in spec if k not in MACRO_KEYS]))
+                elif attr not in allowed:
+                    self.problem(path + (macro, i), f"{attr!r} of a {arg_type} arg cannot be "
+                                                    f"{verb}",
+                                 f"{verb} here: {', '.join(allowed) or 'nothing'}")
                 elif macro == ATTR_LIST:
                     if not isinstance(spec[attr], list) or not spec[attr]:
                         self.problem(path + (attr,), f"{attr!r} is named in __list__ so it must "
                                                      "be a non-empty list of choices")
-                elif attr not in allowed:
-                    self.problem(path + (macro, i), f"{attr!r} of a {arg_type} arg cannot be "
-                                                    "ranged",
-                                 f"rangeable here: {', '.join(allowed) or 'nothing'}"
-                                 + ("; list choices with __list__" if arg_type in
-                                    ("float", "double") else ""))
         both = set(ranged) & set(listed)
         for attr in sorted(both):
             self.problem(path + (ATTR_LIST,), f"{attr!r} is in both __range__ and __list__")
@@ -354,20 +393,31 @@ class SpecValidator:
 
         def check_dtype(value, where):
             if not isinstance(value, str) or value not in DTYPE_NAMES:
-                self.problem(where, f"unknown dtype {_short(value)}",
-                             did_you_mean(value, DTYPE_NAMES) if isinstance(value, str) else
-                             f"known: {', '.join(DTYPE_NAMES)}")
+                self.problem(where, f"unknown dtype {_short(value)}", _dtype_hint(value))
 
-        self._choices(spec, path, "dtype", "dtype" in ranged, check_dtype)
+        checks = {"dtype": check_dtype,
+                  "requires_grad": self._typed(lambda v: isinstance(v, bool), "true or false")}
+        for key, check in checks.items():
+            if isinstance(spec.get(key), list) and key not in ranged:
+                self.problem(path + (key,), f"{key!r} is a list of choices but is not named in "
+                                            "__range__ or __list__",
+                             f'add "__list__": ["{key}"] (with {RANGE_ITERATOR}) or give one '
+                             "value")
+            else:
+                self._choices(spec, path, key, key in ranged, check)
         dtypes = spec.get("dtype") if isinstance(spec.get("dtype"), list) else [spec.get("dtype")]
-        if spec.get("requires_grad") is True:
+        grads = (spec.get("requires_grad") if isinstance(spec.get("requires_grad"), list)
+                 else [spec.get("requires_grad")])
+        if True in grads:
             for dtype in dtypes:
                 if isinstance(dtype, str) and dtype in DTYPE_NAMES and not is_differentiable(dtype):
                     self.problem(path + ("requires_grad",), f"a {dtype} tensor cannot require "
                                  "grad", "only floating and complex tensors can; drop "
                                          "requires_grad or use a floating dtype")
         shape = spec.get("shape")
-        if isinstance(shape, list) and "shape" in spec.get(ATTR_LIST, []):
+        if "shape" in (spec.get(ATTR_RANGE) or []) and "shape" in (spec.get(ATTR_LIST) or []):
+            pass  # reported as in both; which form the dims should have is unknown
+        elif isinstance(shape, list) and "shape" in spec.get(ATTR_LIST, []):
             for i, alternative in enumerate(shape):
                 self._check_shape(alternative, path + ("shape", i), spec, False)
         elif isinstance(shape, list):
@@ -458,9 +508,8 @@ class SpecValidator:
 
     def _check_dtype_value(self, spec, path, section, varies) -> None:
         def check(value, where):
-            if value not in DTYPE_NAMES:
-                self.problem(where, f"unknown dtype {_short(value)}",
-                             did_you_mean(value, DTYPE_NAMES) if isinstance(value, str) else None)
+            if not isinstance(value, str) or value not in DTYPE_NAMES:
+                self.problem(where, f"unknown dtype {_short(value)}", _dtype_hint(value))
 
         self._choices(spec, path, "value", varies, check)
 
@@ -504,6 +553,31 @@ class SpecValidator:
                     self.problem(where + (1, 1), f"source element index {src_elem} is out of "
                                                  f"range: arg {src_arg}'s {attr!r} has "
                                                  f"{len(source)} elements")
+
+
+def _variant_axes(asl: Dict[str, Any], path: tuple):
+    """(path, number of values) of each axis ``expansion.compile_arg_spec_list`` would create for
+    a checked arg-spec-list, computed without materializing any of them."""
+    specs = [(spec, path + ("args", i)) for i, spec in enumerate(asl.get("args") or [])]
+    specs += [(spec, path + ("kwargs", k)) for k, spec in (asl.get("kwargs") or {}).items()]
+    while specs:
+        spec, where = specs.pop()
+        ranged, listed = spec.get(ATTR_RANGE) or [], spec.get(ATTR_LIST) or []
+        for key, value in spec.items():
+            if key in listed:
+                yield where + (key,), len(value)
+            elif key not in ranged:
+                continue
+            elif key == "shape":
+                for i, dim in enumerate(value):
+                    if isinstance(dim, list):
+                        yield where + (key, i), len(full_range(dim))
+            elif key == "value" and spec.get("type") in ("int", "long"):
+                yield where + (key,), len(full_range(value))
+            elif key == "value" and spec.get("type") in ("genericlist", "tuple"):
+                specs.extend((item, where + (key, i)) for i, item in enumerate(value))
+            else:
+                yield where + (key,), len(value)
 
 
 def _under(path: tuple, bad_paths) -> bool:

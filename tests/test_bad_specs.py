@@ -1,0 +1,339 @@
+"""Bad specs get clear messages: file, JSON path, what is wrong, what would be right; exit 2.
+
+``tests/bad_specs/`` holds one small spec per problem (and ``multiple_problems.json`` with several,
+which must all be reported together). Every file is checked in-process through the same
+``Toolchain.load`` the command line uses; a handful also go through the real command line in
+subprocesses (started together, since each one imports torch). A few valid specs pin down how
+macros expand.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, NamedTuple
+
+import pytest
+
+from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
+from param_compute.expansion import plan_runs
+from param_compute.session import Toolchain
+
+BAD_SPECS = Path(__file__).resolve().parent / "bad_specs"
+SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "param-configs"
+TOP = "(top level)"
+
+
+class Case(NamedTuple):
+    path: str  # a substring of the problem's JSON path
+    message: str  # a substring of its message or hint
+    count: int = 1  # how many problems the file has in all
+
+
+CASES: Dict[str, Case] = {
+    # JSON itself
+    "malformed_json.json": Case(TOP, "malformed JSON at line 5 column 31"),
+    "empty_file.json": Case(TOP, "malformed JSON at line 1 column 1"),
+    "not_utf8.json": Case(TOP, "not UTF-8 text"),
+    "duplicate_key.json": Case("torch.mm.input_iterator", "duplicate key 'input_iterator'"),
+    "nan_constant.json": Case(TOP, "NaN is not valid JSON"),
+    "top_level_array.json": Case(TOP, "expected object, got array"),
+    "empty_object.json": Case(TOP, "must not be empty"),
+    # nesting and value types
+    "config_not_a_list.json": Case("torch.mm.config", "expected array, got object"),
+    "args_not_a_list.json": Case("torch.mm.config[0].input[0].args", "expected array, got object"),
+    "data_spec_in_input_list.json": Case("torch.relu.config[0].input[0].type",
+                                         "unknown key 'type' (allowed keys: args, kwargs)", 3),
+    "missing_type.json": Case("torch.add.config[0].input[0].args[1]", "missing required key 'type'"),
+    "unknown_arg_type.json": Case("args[1].type", "unknown type 'Tensor' (did you mean 'tensor'?)"),
+    "unknown_key_typo.json": Case("args[0].requires_gard", "did you mean 'requires_grad'?"),
+    "bool_value_is_string.json": Case("torch.nn.functional.relu.config[0].input[0].kwargs.inplace"
+                                      ".value", "expected true or false, got string 'false'"),
+    "int_value_is_string.json": Case("args[1].value", "expected an integer, got string '1'"),
+    "shape_dim_is_string.json": Case("args[0].shape[1]", "a shape dim is an integer, or a range"),
+    "bad_device.json": Case("kwargs.device.value", "not a device: 'gpu'"),
+    # dtypes and gradients
+    "unknown_dtype.json": Case("torch.mm.config[0].input[0].args[1].dtype",
+                               "unknown dtype 'flaot' (did you mean 'float'?)"),
+    "unknown_dtype_in_list.json": Case("args[0].dtype[1]", "did you mean 'bfloat16'?"),
+    "dtype_list_without_macro.json": Case("args[0].dtype", "is not named in __range__ or __list__"),
+    "requires_grad_on_int_tensor.json": Case("args[0].requires_grad",
+                                             "a long tensor cannot require grad"),
+    "requires_grad_ranged_not_list.json": Case("args[0].requires_grad",
+                                               "'requires_grad' varies, so it must be a non-empty "
+                                               "list"),
+    # ranges and macros
+    "range_step_zero.json": Case("torch.bmm.config[0].input[1].args[0].shape[2]",
+                                 "range step must be > 0, got 0"),
+    "range_min_greater_than_max.json": Case("args[0].shape[0]",
+                                            "range min 512 is greater than max 256"),
+    "range_too_many_items.json": Case("args[0].shape[0]", "a range is [min, max] or [min, max, "
+                                                          "step] of integers, got [1, 8, 1, 2]"),
+    "range_dim_without_macro.json": Case("args[0].shape[0]", 'add "__range__": ["shape"]'),
+    "int_range_min_greater_than_max.json": Case("args[1].value", "range min 10 is greater than "
+                                                                 "max 1"),
+    "range_too_large.json": Case("args[0].shape[0]", "this range has 100000000 values, over the"),
+    "value_range_reversed.json": Case("args[0].value_range", "min 1.0 is greater than max -1.0"),
+    "range_names_missing_attribute.json": Case("args[1].__range__[0]",
+                                               "names 'valeu', which this int arg does not have"),
+    "range_names_unrangeable_attribute.json": Case("args[1].__range__[0]",
+                                                   "'name' of a int arg cannot be ranged"),
+    "macro_with_default_iterator.json": Case("args[0].__range__",
+                                             "__range__ has no effect with DefaultConfigIterator"),
+    "kwargs_range_step_negative.json": Case("torch.add.config[0].input[0].kwargs.alpha.value",
+                                            "range step must be > 0, got -1"),
+    "genericlist_item_macro_unranged.json": Case("args[0].value[0]",
+                                                 "the genericlist is not ranged"),
+    # copies and placeholders
+    "copy_source_arg_out_of_range.json": Case("args[1].__copy__[0].shape[1][0]",
+                                              "source arg index 3 is out of range: there are 2"),
+    "copy_source_element_out_of_range.json": Case("args[1].__copy__[0].shape[1][1]",
+                                                  "source element index 5 is out of range"),
+    "copy_target_out_of_range.json": Case("args[1].__copy__[0].shape[0]",
+                                          "target index 4 is out of range"),
+    "copy_in_nested_item.json": Case("args[0].value[1].__copy__",
+                                     "__copy__ works on args and kwargs"),
+    "unfilled_placeholder.json": Case("args[1].shape[1]", "placeholder dim -1 is never filled"),
+    "negative_dim.json": Case("args[0].shape[1]", "dims must be >= 0, got -4"),
+    # registered names
+    "unknown_iterator.json": Case("torch.mm.input_iterator", "unknown input iterator "
+                                  "'RangeIterator' (did you mean 'RangeConfigIterator'?)"),
+    "unknown_data_generator.json": Case("torch.mm.input_data_generator",
+                                        "unknown input data generator"),
+    # operator names
+    "unknown_operator.json": Case("torch.matmull", "did you mean 'matmul'?"),
+    "unknown_bare_operator.json": Case("my_custom_gemm", "unknown operator 'my_custom_gemm'"),
+    "unknown_aten_overload.json": Case("aten::add.Tensr", "aten::add has no overload 'Tensr'"),
+    "torch_nn_not_a_module.json": Case("torch.nn.init", "is not a torch.nn Module class"),
+    "refused_torch_load.json": Case("torch.load", "operator 'torch.load' is refused"),
+    "refused_torch_save.json": Case("torch.save", "operator 'torch.save' is refused"),
+    "refused_dunder.json": Case("torch.__builtins__", "private and dunder attributes"),
+    "refused_os_system.json": Case("torch.os.system", "'torch.os' is not an operator namespace"),
+    "refused_process_setting.json": Case("torch.set_num_threads", "is refused"),
+    "aten_schema_unparseable.json": Case("aten::mul.config[0].build[0].args[0].value",
+                                         "aten schema does not parse"),
+    "aten_schema_other_operator.json": Case("aten::add.config[0].build[0].args[0].value",
+                                            "schema is for aten::sub, not aten::add"),
+}
+
+#: multiple_problems.json: every one of these, in one report.
+MULTIPLE = [
+    Case("torch.mm.config[0].input[0].args[0].shape[0]", "range min 64 is greater than max 32"),
+    Case("torch.mm.config[0].input[0].args[1].dtype", "unknown dtype 'flaot'"),
+    Case("torch.load", "is refused"),
+    Case("torch.add.input_iterator", "unknown input iterator 'RangeIterator'"),
+    Case("torch.relu.config[0].input[0].args[0].shape[1]", "placeholder dim -1 is never filled"),
+    Case("torch.relu.config[0].input[0].args[0].value_range", "min 1 is greater than max 0"),
+]
+
+#: The files also run through the command line (each subprocess imports torch: keep this short).
+CLI_CASES = ["malformed_json.json", "duplicate_key.json", "range_step_zero.json",
+             "unknown_operator.json", "refused_os_system.json"]
+
+
+@pytest.fixture(scope="module")
+def toolchain() -> Toolchain:
+    return Toolchain.start()
+
+
+def _text(problem) -> str:
+    return problem.message + (f" ({problem.hint})" if problem.hint else "")
+
+
+def _load_error(toolchain: Toolchain, path: Path) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        toolchain.load(path)
+    return info.value
+
+
+def _assert_reported(error: SpecError, case: Case) -> None:
+    found = [(format_json_path(p.path), _text(p)) for p in error.problems]
+    assert any(case.path in where and case.message in what for where, what in found), (
+        f"no problem at {case.path!r} saying {case.message!r}; got:\n{error.render()}")
+
+
+def test_corpus_matches_table():
+    files = {p.name for p in BAD_SPECS.iterdir()}
+    assert files == set(CASES) | {"multiple_problems.json"}
+    assert len(files) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_spec_reported_in_process(toolchain, name):
+    case = CASES[name]
+    path = BAD_SPECS / name
+    error = _load_error(toolchain, path)
+    assert error.source == str(path)
+    _assert_reported(error, case)
+    assert len(error.problems) == case.count, error.render()
+    rendered = error.render()
+    assert name in rendered and case.path in rendered
+
+
+def test_all_problems_in_a_file_are_reported_together(toolchain):
+    error = _load_error(toolchain, BAD_SPECS / "multiple_problems.json")
+    for case in MULTIPLE:
+        _assert_reported(error, case)
+    assert len(error.problems) == len(MULTIPLE), error.render()
+    assert f"invalid spec, {len(MULTIPLE)} problems:" in error.render()
+
+
+# --- the command line -----------------------------------------------------------------------
+
+VALID_CLI_SPEC = {
+    "torch.add": {
+        "input_iterator": "RangeConfigIterator",
+        "input_data_generator": "PyTorch:DefaultDataGenerator",
+        "config": [{"input": [{
+            "args": [{"type": "tensor", "dtype": "float", "shape": [2, 3]},
+                     {"type": "tensor", "dtype": "float", "shape": [2, 3]}],
+            "kwargs": {"alpha": {"type": "int", "value": [1, 5, 2], "__range__": ["value"]}},
+        }]}],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def cli_results(tmp_path_factory):
+    """Every CLI case (and one valid spec) run at once; name -> (process result, output path)."""
+    tmp = tmp_path_factory.mktemp("cli")
+    valid = tmp / "valid.json"
+    valid.write_text(json.dumps(VALID_CLI_SPEC))
+    specs = {name: BAD_SPECS / name for name in CLI_CASES + ["multiple_problems.json"]}
+    specs["valid.json"] = valid
+    started = {}
+    for name, spec in specs.items():
+        output = tmp / f"{name}.results.jsonl"
+        command = [sys.executable, "-m", "param_compute.run_benchmark", "-c", str(spec),
+                   "--dry-run", "--output", str(output), "--no-progress"]
+        started[name] = (subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True), output)
+    results = {}
+    for name, (process, output) in started.items():
+        stdout, stderr = process.communicate(timeout=180)
+        results[name] = (process.returncode, stdout, stderr, output)
+    return results
+
+
+@pytest.mark.parametrize("name", CLI_CASES)
+def test_bad_spec_on_the_command_line(cli_results, name):
+    returncode, _stdout, stderr, output = cli_results[name]
+    case = CASES[name]
+    assert returncode == EXIT_INVALID, stderr
+    assert "Traceback" not in stderr
+    assert str(BAD_SPECS / name) in stderr
+    assert case.path in stderr and case.message in stderr, stderr
+    assert not output.exists()
+
+
+def test_several_problems_on_the_command_line(cli_results):
+    returncode, _stdout, stderr, output = cli_results["multiple_problems.json"]
+    assert returncode == EXIT_INVALID
+    assert "Traceback" not in stderr
+    assert f"invalid spec, {len(MULTIPLE)} problems:" in stderr
+    lines = [line for line in stderr.splitlines() if "multiple_problems.json: " in line]
+    for case in MULTIPLE:
+        assert any(case.path in line and case.message in line for line in lines), stderr
+    assert not output.exists()
+
+
+def test_valid_spec_dry_run_on_the_command_line(cli_results):
+    returncode, _stdout, stderr, output = cli_results["valid.json"]
+    assert returncode == 0, stderr
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    runs = [r for r in records if "op_name" in r]
+    assert [r["id"] for r in runs] == ["0|0|0_0", "0|0|0_1", "0|0|0_2"]
+    assert [r["config"]["input"]["kwargs"] for r in runs] == [
+        {"alpha": {"type": "int", "value": alpha}} for alpha in (1, 3, 5)]
+
+
+# --- valid specs expand as documented ---------------------------------------------------------
+
+GEN = "PyTorch:DefaultDataGenerator"
+RANGE = "RangeConfigIterator"
+
+
+def _tensor(shape, dtype="float", **extra):
+    return {"type": "tensor", "dtype": dtype, "shape": shape, **extra}
+
+
+def _plan(toolchain, spec):
+    validated = toolchain.validate(spec, "<test>")
+    return [(run.id, run.config()) for run in plan_runs(validated,
+                                                        toolchain.registries.config_iterators)]
+
+
+def _inputs(plan):
+    return [(run_id, config["input"]) for run_id, config in plan]
+
+
+def test_macros_in_kwargs_expand(toolchain):
+    spec = {"torch.add": {"input_iterator": RANGE, "input_data_generator": GEN, "config": [{
+        "input": [{"args": [_tensor([2, 3]), _tensor([2, 3])],
+                   "kwargs": {"alpha": {"type": "int", "value": [1, 3], "__range__": ["value"]}}}],
+    }]}}
+    args = [_tensor([2, 3]), _tensor([2, 3])]
+    assert _inputs(_plan(toolchain, spec)) == [
+        (f"0|0|0_{i}", {"args": args, "kwargs": {"alpha": {"type": "int", "value": alpha}}})
+        for i, alpha in enumerate((1, 2, 3))]
+
+
+def test_list_of_shapes_and_range_of_dtypes(toolchain):
+    # Inside one arg, attributes vary in key order, the last fastest: shape, then dtype.
+    arg = {"type": "tensor", "shape": [[2, 3], [4]], "dtype": ["float", "double"],
+           "__list__": ["shape"], "__range__": ["dtype"]}
+    spec = {"torch.relu": {"input_iterator": RANGE, "input_data_generator": GEN,
+                           "config": [{"input": [{"args": [arg]}]}]}}
+    expected = [([2, 3], "float"), ([2, 3], "double"), ([4], "float"), ([4], "double")]
+    assert _inputs(_plan(toolchain, spec)) == [
+        (f"0|0|0_{i}", {"args": [{"type": "tensor", "shape": shape, "dtype": dtype}]})
+        for i, (shape, dtype) in enumerate(expected)]
+
+
+def test_genericlist_range_expands_its_items(toolchain):
+    tensors = {"type": "genericlist", "__range__": ["value"],
+               "value": [_tensor([[1, 2], 3], __range__=["shape"]), _tensor([2, 3])]}
+    dim = {"type": "int", "value": [0, 1], "__list__": ["value"]}
+    spec = {"torch.cat": {"input_iterator": RANGE, "input_data_generator": GEN,
+                          "config": [{"input": [{"args": [tensors, dim]}]}]}}
+    expected = [(1, 0), (1, 1), (2, 0), (2, 1)]  # args in order, the last fastest
+    assert _inputs(_plan(toolchain, spec)) == [
+        (f"0|0|0_{i}", {"args": [{"type": "genericlist",
+                                  "value": [_tensor([rows, 3]), _tensor([2, 3])]},
+                                 {"type": "int", "value": d}]})
+        for i, (rows, d) in enumerate(expected)]
+
+
+def test_copy_fills_placeholder_dims_and_range_steps(toolchain):
+    spec = {"torch.mm": {"input_iterator": RANGE, "input_data_generator": GEN, "config": [{
+        "input": [{"args": [_tensor([[2, 6, 2], 4], __range__=["shape"]),
+                            _tensor([-1, 5], __copy__=[{"shape": [0, [0, 1]]}])]}],
+    }]}}
+    assert _inputs(_plan(toolchain, spec)) == [
+        (f"0|0|0_{i}", {"args": [_tensor([rows, 4]), _tensor([4, 5])]})
+        for i, rows in enumerate((2, 4, 6))]
+
+
+def test_build_range_ids(toolchain):
+    build = {"args": [{"type": "int", "value": [4, 8, 4], "__range__": ["value"]},
+                      {"type": "int", "value": 2}],
+             "kwargs": {"bias": {"type": "bool", "value": [True, False], "__range__": ["value"]}}}
+    spec = {"torch.nn.Linear": {"build_iterator": RANGE, "build_data_generator": GEN,
+                                "input_data_generator": GEN, "config": [{
+                                    "build": [build],
+                                    "input": [{"args": [_tensor([3, 4])]},
+                                              {"args": [_tensor([3, 8])]}]}]}}
+    plan = _plan(toolchain, spec)
+    assert [run_id for run_id, _ in plan] == [f"0|0_{b}|{i}" for b in range(4) for i in range(2)]
+    builds = [(c["build"]["args"][0]["value"], c["build"]["kwargs"]["bias"]["value"])
+              for _, c in plan[::2]]
+    assert builds == [(4, True), (4, False), (8, True), (8, False)]
+
+
+def test_shared_param_configs_are_valid(toolchain):
+    if not SHARED_CONFIGS.is_dir():
+        pytest.skip("../shared/param-configs is not beside this checkout")
+    for path in sorted(SHARED_CONFIGS.glob("*.json")):
+        toolchain.load(path)
