@@ -17,7 +17,9 @@ fbgemm_gpu is missing; only the operator is then declared unavailable.
 
 import copy
 import functools
+import importlib.util
 import itertools
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -31,10 +33,15 @@ from param_compute.registry import (
 )
 
 # fbgemm_gpu is optional: without it only the operator is missing, and specs naming it fail
-# validation with FBGEMM_UNAVAILABLE as the reason.
-FBGEMM_UNAVAILABLE: Optional[str] = None
-try:
-    import fbgemm_gpu  # noqa: F401 - first, so that a missing package is told from a broken one
+# validation with FBGEMM_UNAVAILABLE as the reason. Its import costs about a second, so it is only
+# looked up here and imported when the operator is first built.
+FBGEMM_UNAVAILABLE: Optional[str] = (
+    None if importlib.util.find_spec("fbgemm_gpu") is not None
+    else "fbgemm_gpu is not installed (pip install fbgemm-gpu-cpu==1.8.0)")
+
+
+def _fbgemm() -> SimpleNamespace:
+    """The fbgemm_gpu names the operator uses (imported on first use)."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
         ComputeDevice,
@@ -44,11 +51,11 @@ try:
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
         SplitTableBatchedEmbeddingBagsCodegen,
     )
-except ModuleNotFoundError as exc:
-    FBGEMM_UNAVAILABLE = ("fbgemm_gpu is not installed (pip install fbgemm-gpu-cpu==1.8.0)"
-                          if exc.name == "fbgemm_gpu" else f"fbgemm_gpu is incomplete: {exc}")
-except Exception as exc:  # noqa: BLE001 - a broken binary (OSError, RuntimeError...) is the same case
-    FBGEMM_UNAVAILABLE = f"fbgemm_gpu failed to import: {type(exc).__name__}: {exc}"
+
+    return SimpleNamespace(EmbOptimType=EmbOptimType, SparseType=SparseType,
+                           ComputeDevice=ComputeDevice, EmbeddingLocation=EmbeddingLocation,
+                           PoolingMode=PoolingMode, Codegen=SplitTableBatchedEmbeddingBagsCodegen)
+
 
 OPERATOR_NAME = "SplitTableBatchedEmbeddingBagsCodegen"
 
@@ -187,6 +194,8 @@ class SplitTableBatchedEmbeddingBagsCodegenOp(OperatorInterface):
     def build(self, num_tables: int, rows: Any, dim: Any, pooling: int, weighted: bool,
               weights_precision: str, optimizer: str = "exact_row_wise_adagrad") -> None:
         # ``weighted`` only shapes the inputs (per-sample weights); the module is the same.
+        fb = _fbgemm()
+        EmbeddingLocation, ComputeDevice = fb.EmbeddingLocation, fb.ComputeDevice
         if self.device.startswith("cpu"):
             location, compute_device = EmbeddingLocation.HOST, ComputeDevice.CPU
         elif self.device.startswith("cuda"):
@@ -196,11 +205,11 @@ class SplitTableBatchedEmbeddingBagsCodegenOp(OperatorInterface):
         specs = [(table_rows, table_dim, location, compute_device)
                  for table_rows, table_dim in zip(_per_table(rows, num_tables, "rows"),
                                                   _per_table(dim, num_tables, "dim"))]
-        self.op = SplitTableBatchedEmbeddingBagsCodegen(
+        self.op = fb.Codegen(
             specs,
-            optimizer=EmbOptimType(optimizer),
-            pooling_mode=PoolingMode(pooling),
-            weights_precision=SparseType(weights_precision),
+            optimizer=fb.EmbOptimType(optimizer),
+            pooling_mode=fb.PoolingMode(pooling),
+            weights_precision=fb.SparseType(weights_precision),
             stochastic_rounding=True,
             device=torch.device(self.device),
         )
