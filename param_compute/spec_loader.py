@@ -1,9 +1,9 @@
 """Reading a spec file into plain JSON values, with clear errors for anything malformed.
 
-Beyond ``json.load``: duplicate keys (which JSON parsers silently collapse) are errors, each reported
-at its JSON path; ``NaN``/``Infinity`` (which are not JSON) are refused; a UTF-8 byte-order mark is
-skipped; size and nesting depth are bounded so a hostile file gives a message, not a RecursionError
-or an OOM.
+Beyond ``json.load``: duplicate keys (which JSON parsers silently collapse) are errors, each
+reported at its JSON path; ``NaN``/``Infinity`` (which are not JSON) are refused; a UTF-8 byte-order
+mark is skipped; size and nesting depth are bounded so a hostile file gives a message, not a
+RecursionError or an OOM.
 """
 
 from __future__ import annotations

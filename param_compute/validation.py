@@ -365,6 +365,11 @@ class SpecValidator:
                     self.problem(path + (macro, i), f"{macro} names {attr!r}, which this "
                                                     f"{arg_type} arg does not have",
                                  did_you_mean(attr, [k for k in spec if k not in MACRO_KEYS]))
+                elif macro == ATTR_RANGE and arg_type in ("float", "double"):
+                    # PARAM never ranged floats; [0.1, 1.0] could read as a continuous range.
+                    self.problem(path + (macro, i), f"{attr!r} of a {arg_type} arg cannot be "
+                                                    "ranged",
+                                 'list the choices with "__list__": ["value"]')
                 elif attr not in allowed:
                     self.problem(path + (macro, i), f"{attr!r} of a {arg_type} arg cannot be "
                                                     f"{verb}",
