@@ -13,9 +13,16 @@ from rich.table import Table
 from .engine import RunSummary
 from .expansion import PlannedRun
 from .records import STATUS_OK, RunRecord
+from .stats import NOISY_CV
 
 #: The summary table shows at most this many runs (memory stays flat for huge runs).
 SUMMARY_ROWS = 40
+
+
+def _rate(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}"
 
 
 def _ms(value: float) -> str:
@@ -63,18 +70,26 @@ class ConsoleReporter:
             self.progress.stop()
         table = Table(title="param_compute results", title_justify="left")
         for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
-                                ("median", "right"), ("p10 – p90", "right"), ("n", "right")):
+                                ("median", "right"), ("p10 – p90", "right"), ("n", "right"),
+                                ("TFLOP/s", "right"), ("GB/s", "right")):
             table.add_column(column, justify=justify)
         for record in self.rows:
             if record.status != STATUS_OK:
                 table.add_row(record.op_name, record.id, "-", f"[red]{record.status}[/red]",
                               record.error.message[:60] if record.error else "", "")
                 continue
-            for name, stats in record.stats().items():
+            stats_by_pass = record.stats()
+            for measured in record.passes:
+                stats = stats_by_pass[measured.name]
                 if stats is None:
                     continue
-                table.add_row(record.op_name, record.id, name, _ms(stats["median"]),
-                              f"{_ms(stats['p10'])} – {_ms(stats['p90'])}", str(stats["n"]))
+                rates = measured.throughput(stats["median"]) or {}
+                noisy = " [yellow]noisy[/yellow]" if stats["cv"] > NOISY_CV and stats["n"] > 2 \
+                    else ""
+                table.add_row(record.op_name, record.id, measured.name,
+                              _ms(stats["median"]) + noisy,
+                              f"{_ms(stats['p10'])} – {_ms(stats['p90'])}", str(stats["n"]),
+                              _rate(rates.get("tflops_per_s")), _rate(rates.get("gb_per_s")))
         if self.rows:
             self.console.print(table)
         if self.hidden_rows:

@@ -1,20 +1,18 @@
-"""The engine: run plan -> built operators -> generated data -> timed passes -> records -> sinks.
+"""The engine: run plan -> (executor: built operators, data, timed passes) -> records -> sinks.
 
-Operators are built once per build config (runs sharing a build share the built operator) and
-cleaned up when the build changes, so memory is released deterministically without a forced
-garbage collection. A failure in one run becomes an error record and the run goes on.
+This module is torch-free: a dry run plans and writes records without importing torch. The
+measuring side lives in ``executor``.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol
+from typing import Callable, Iterable, List, Optional, Protocol
 
 from .expansion import PlannedRun, count_runs, plan_runs
 from .options import RunOptions
-from .records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, PassResult, RunError,
-                      RunRecord)
+from .records import STATUS_DRY_RUN, STATUS_OK, RunRecord
 from .validation import BenchmarkSpec
 
 log = logging.getLogger("param_compute")
@@ -70,60 +68,6 @@ class RunSelector:
         return out
 
 
-def _error(run: PlannedRun, exc: BaseException, phase: str) -> RunRecord:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return RunRecord(run.op_name, run.id, run.config(), STATUS_ERROR,
-                     error=RunError(type(exc).__name__, message, phase))
-
-
-class _BuiltOperator:
-    """The operator for the current build config, created lazily and cleaned up on change."""
-
-    def __init__(self, factories: Callable[[str], Callable], registries, options: RunOptions):
-        self.factories = factories
-        self.registries = registries
-        self.options = options
-        self.key = None
-        self.op = None
-        self.failure: Optional[BaseException] = None
-
-    def get(self, run: PlannedRun, op_spec, seed_run: Callable[[str], None]):
-        if run.build_key != self.key:
-            self.release()
-            self.key = run.build_key
-            try:
-                op = self.factories(run.op_name)()
-                op.device = self.options.device
-                if run.build:
-                    seed_run(f"{run.op_name}|{run.config_index}|{run.build_id}|build")
-                    generator = self.registries.data_generators[op_spec.build_data_generator]()
-                    args, kwargs = generator.get_data(run.build, self.options.device)
-                    op.build(*args, **kwargs)
-                self.op = op
-            except Exception as exc:  # every run of this build reports the build failure
-                log.debug("build failed for %s", run.key, exc_info=True)
-                self.failure = exc
-        if self.failure is not None:
-            raise self.failure
-        return self.op
-
-    def release(self) -> None:
-        if self.op is not None:
-            try:
-                self.op.cleanup()
-            except Exception:  # cleanup must never hide results already measured
-                log.warning("cleanup of %s failed", self.key, exc_info=True)
-        self.op = None
-        self.failure = None
-        self.key = None
-
-
-class _PhaseError(Exception):
-    def __init__(self, phase: str, cause: BaseException):
-        self.phase = phase
-        self.cause = cause
-
-
 class Engine:
     """Runs a validated spec with given options, streaming records to the sinks."""
 
@@ -147,7 +91,11 @@ class Engine:
         selector = RunSelector(self.options.resume_id, self.options.stop_id)
         for sink in self.sinks:
             sink.start(self.total())
-        executor = None if self.options.dry_run else _Executor(self)
+        executor = None
+        if not self.options.dry_run:
+            from .executor import Executor  # the torch side; a dry run never imports it
+
+            executor = Executor(self)
         try:
             for run in self.plan():
                 if not selector.wants(run):
@@ -181,87 +129,3 @@ class Engine:
             sink.run_done(run, record)
 
 
-class _Executor:
-    """Measures planned runs (the torch side of the engine)."""
-
-    def __init__(self, engine: Engine):
-        import torch
-
-        from .data_generation import seed_for_run, seed_generators
-        from .devices import clock_for
-        from .timing import time_calls
-
-        self.torch = torch
-        self.options = engine.options
-        self.registries = engine.registries
-        self.spec = engine.spec
-        self.time_calls = time_calls
-        self._seed_for_run = seed_for_run
-        self._seed_generators = seed_generators
-        torch.set_num_threads(self.options.num_threads)
-        self.clock = clock_for(self.options.device)
-        self.built = _BuiltOperator(engine.factories, self.registries, self.options)
-        self.generators: Dict[str, Any] = {}
-
-    def seed_run(self, run_key: str) -> None:
-        self._seed_generators(self._seed_for_run(self.options.seed, run_key))
-
-    def _generator(self, name: str):
-        if name not in self.generators:
-            self.generators[name] = self.registries.data_generators[name]()
-        return self.generators[name]
-
-    def execute(self, run: PlannedRun) -> RunRecord:
-        """Measure one run; a failure becomes an error record keeping any pass already measured."""
-        op_spec = self.spec.operators[run.op_index]
-        passes: List[PassResult] = []
-        try:
-            op = self._phase("build", lambda: self.built.get(run, op_spec, self.seed_run))
-            self.seed_run(run.key)
-            args, kwargs = self._phase("data", lambda: self._generator(
-                op_spec.input_data_generator).get_data(run.input, self.options.device))
-            passes.append(self._phase("forward", lambda: self._forward(op, args, kwargs)))
-            if self.options.backward:
-                passes.append(self._phase("backward", lambda: self._backward(op, args, kwargs)))
-        except _PhaseError as failure:
-            log.debug("run %s failed in %s", run.key, failure.phase, exc_info=failure.cause)
-            log.warning("%s failed in %s: %s: %s", run.key, failure.phase,
-                        type(failure.cause).__name__, failure.cause)
-            record = _error(run, failure.cause, failure.phase)
-            record.passes = passes
-            return record
-        return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes)
-
-    @staticmethod
-    def _phase(phase: str, action: Callable[[], Any]) -> Any:
-        try:
-            return action()
-        except _PhaseError:
-            raise
-        except Exception as exc:
-            raise _PhaseError(phase, exc) from exc
-
-    def _forward(self, op, args, kwargs) -> PassResult:
-        fn = op.bind_forward(args, kwargs)
-        options, clock, time_calls = self.options, self.clock, self.time_calls
-        warmup = time_calls(fn, options.warmup, clock, options.exec_mode)
-        measure = time_calls(fn, options.iteration, clock, options.exec_mode)
-        return PassResult("forward", warmup, measure)
-
-    def _backward(self, op, args, kwargs) -> PassResult:
-        if not op.supports_backward:
-            raise RuntimeError(f"{type(op).__name__} has no backward pass (in-place operator)")
-
-        def prepare() -> None:
-            op.run_forward_for_backward(args, kwargs)
-            op.create_grad()
-
-        options, clock, time_calls = self.options, self.clock, self.time_calls
-        warmup = time_calls(op.backward, options.warmup, clock, options.exec_mode, prepare)
-        measure = time_calls(op.backward, options.iteration, clock, options.exec_mode, prepare)
-        op.drop_outputs()  # the graph of the last forward is not kept past its run
-        return PassResult("backward", warmup, measure)
-
-    def close(self) -> None:
-        self.built.release()
-        self.generators.clear()

@@ -55,11 +55,9 @@ class OperatorInterface:
         """
         return functools.partial(self.forward, *args, **kwargs)
 
-    def run_forward_for_backward(self, args: List[Any], kwargs: Dict[str, Any]) -> Any:
-        """Run forward once (untimed) and remember its output for ``create_grad``/``backward``."""
-        output = self.forward(*args, **kwargs)
+    def remember_output(self, output: Any) -> None:
+        """Keep a forward output (untimed) for ``create_grad``/``backward``."""
         self._last_output = output
-        return output
 
     def create_grad(self) -> None:
         """Create the output gradient for ``backward`` (untimed)."""

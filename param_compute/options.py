@@ -21,6 +21,17 @@ class RunOptions:
     resume_id: Optional[str] = None
     stop_id: Optional[str] = None
     dry_run: bool = False
+    #: Adaptive iterations: keep measuring until the measured time reaches this many seconds.
+    min_time: float = 0.0
+    max_iteration: int = 100_000
+    #: Keep the CUDA L2 cache warm between discrete iterations instead of flushing it.
+    cuda_l2_cache: bool = False
+    #: Count FLOPs and bytes once per config (one extra untimed call per pass).
+    throughput: bool = True
+    pt2_model: bool = False
+    cuda_graph: bool = False
+    profile: bool = False
+    execution_trace: bool = False
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
@@ -33,6 +44,15 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 1, got {self.iteration}")
         if self.num_threads < 1:
             raise OptionsError(f"--num-threads must be >= 1, got {self.num_threads}")
+        if self.min_time < 0:
+            raise OptionsError(f"--min-time must be >= 0 seconds, got {self.min_time}")
+        if self.max_iteration < self.iteration:
+            raise OptionsError(f"--max-iteration ({self.max_iteration}) must be >= --iteration "
+                               f"({self.iteration})")
+        if self.cuda_graph and not self.device.startswith("cuda"):
+            raise OptionsError("--cuda-graph needs a CUDA device (-d cuda)")
+        if self.cuda_graph and self.backward:
+            raise OptionsError("--cuda-graph replays the forward pass only; drop -b/--backward")
         kind, _, index = self.device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()) \
                 or (kind == "cpu" and index):
@@ -47,4 +67,5 @@ class RunOptions:
         out["pass_type"] = "backward" if self.backward else "forward"
         out["resume_op_run_id"] = self.resume_id
         out["stop_op_run_id"] = self.stop_id
+        out["cuda_l2_cache"] = "on" if self.cuda_l2_cache else "off"
         return out

@@ -19,14 +19,42 @@ STATUS_DRY_RUN = "dry-run"
 
 @dataclass
 class PassResult:
-    """Times of one pass (``forward`` or ``backward``) of one run."""
+    """Times of one pass (``forward`` or ``backward``) of one run.
+
+    ``extra`` holds further PARAM-style metrics by name (``measure.gpu.memory`` in MB,
+    ``measure.host_time``, ``compile.time``...). ``iterations`` counts measured calls (in
+    continuous mode each ``measure.time`` value is the mean of a block of calls). ``flops`` and
+    ``bytes`` are the work of one call, when counted.
+    """
 
     name: str
     warmup_ms: List[float]
     measure_ms: List[float]
+    extra: Dict[str, List[float]] = field(default_factory=dict)
+    iterations: Optional[int] = None
+    flops: Optional[int] = None
+    bytes: Optional[int] = None
 
-    def metric(self) -> Dict[str, List[float]]:
-        return {"warmup.time": self.warmup_ms, "measure.time": self.measure_ms}
+    def metric(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"warmup.time": self.warmup_ms, "measure.time": self.measure_ms}
+        out.update(self.extra)
+        if self.iterations is not None:
+            out["measure.iterations"] = self.iterations
+        return out
+
+    def throughput(self, median_ms: Optional[float]) -> Optional[Dict[str, Optional[float]]]:
+        """FLOPs and bytes per call with TFLOP/s and GB/s at ``median_ms``."""
+        if self.flops is None and self.bytes is None:
+            return None
+        seconds = median_ms / 1e3 if median_ms else None
+        return {
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "tflops_per_s": self.flops / seconds / 1e12 if seconds and self.flops is not None
+            else None,
+            "gb_per_s": self.bytes / seconds / 1e9 if seconds and self.bytes is not None
+            else None,
+        }
 
 
 @dataclass
@@ -54,6 +82,10 @@ class RunRecord:
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}
             out["stats"] = stats
+            throughput = {p.name: p.throughput(stats[p.name]["median"] if stats[p.name] else None)
+                          for p in self.passes}
+            if any(throughput.values()):
+                out["throughput"] = throughput
             noisy = [name for name, s in stats.items() if s and s["n"] > 2 and s["cv"] > NOISY_CV]
             if noisy:
                 out["noisy"] = noisy

@@ -37,6 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
                    default=ExecMode.DISCRETE.value,
                    help="discrete: each iteration timed alone; continuous: the loop timed as a "
                         "whole; continuous_events: back to back, one event pair per iteration")
+    p.add_argument("--min-time", type=float, default=0.0, metavar="S",
+                   help="adaptive: after -i iterations keep measuring until the measured time "
+                        "reaches S seconds (capped by --max-iteration)")
+    p.add_argument("--max-iteration", type=int, default=100_000,
+                   help="cap on measured iterations with --min-time (default 100000)")
+    p.add_argument("--cuda-l2-cache", choices=["on", "off"], default="off",
+                   help="off (default): flush the L2 cache before each discrete iteration; "
+                        "on: keep it warm")
+    p.add_argument("--no-throughput", action="store_true",
+                   help="skip counting FLOPs/bytes (one extra untimed call per pass)")
+    p.add_argument("--pt2-model", action="store_true",
+                   help="torch.compile each operator call; compile time reported separately")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture the forward call in a CUDA graph once, replay it per iteration")
+    p.add_argument("-p", "--profile", action="store_true",
+                   help="run under torch.profiler; write a Chrome trace beside the results")
+    p.add_argument("--et", action="store_true",
+                   help="write a PyTorch execution trace of the run beside the results")
     p.add_argument("--num-threads", type=int, default=1,
                    help="torch intra-op threads (default 1, as PARAM)")
     p.add_argument("--seed", type=int, default=0,
@@ -119,6 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .console import ConsoleReporter
     from .devices import check_device
+    from .profiling import profiled, trace_paths
     from .session import Toolchain
     from .sysinfo import sys_info
     from .writers import JsonlResultWriter
@@ -136,7 +155,12 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          backward=args.backward, exec_mode=ExecMode(args.exec_mode),
                          num_threads=args.num_threads, seed=args.seed,
                          resume_id=args.resume_id, stop_id=args.stop_id,
-                         dry_run=args.dry_run).check()
+                         dry_run=args.dry_run, min_time=args.min_time,
+                         max_iteration=args.max_iteration,
+                         cuda_l2_cache=args.cuda_l2_cache == "on",
+                         throughput=not args.no_throughput, pt2_model=args.pt2_model,
+                         cuda_graph=args.cuda_graph, profile=args.profile,
+                         execution_trace=args.et).check()
     if not options.dry_run:
         check_device(options.device)
     spec = toolchain.load(args.config)
@@ -152,9 +176,15 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     header = {"run_options": run_options,
               "sys_info": sys_info(options.device, include_torch=True),
               "start_time": start.isoformat(timespec="seconds")}
-    sinks = [JsonlResultWriter(path, header, append=args.append),
+    traces = {name: str(file) for name, file in trace_paths(path).items()
+              if (name == "trace_file" and options.profile)
+              or (name == "et_file" and options.execution_trace)}
+    sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces),
              ConsoleReporter(str(path), progress=False if args.no_progress else None)]
-    summary = toolchain.engine(spec, options, sinks).run()
+    with profiled(path, options.profile, options.execution_trace, options.device) as written:
+        summary = toolchain.engine(spec, options, sinks).run()
+    for name, file in written.items():
+        log.info("%s: %s", name.replace("_", " "), file)
     return summary.exit_status
 
 

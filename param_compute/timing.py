@@ -46,11 +46,13 @@ class HostClock:
 
 
 def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
-               prepare: Optional[Callable[[], Any]] = None) -> List[float]:
+               prepare: Optional[Callable[[], Any]] = None,
+               host_out: Optional[List[float]] = None) -> List[float]:
     """Call ``fn`` ``count`` times; return per-iteration times in ms (one mean in continuous).
 
     ``prepare`` runs untimed before every iteration (once before the loop in continuous mode):
-    the backward pass uses it to run the forward that each backward needs.
+    the backward pass uses it to run the forward that each backward needs. When the clock also
+    reads the host clock (``host_elapsed_ms``, CUDA), ``host_out`` receives the host times.
     """
     if count <= 0:
         return []
@@ -64,6 +66,8 @@ def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
             fn()
         end = stamp()
         clock.synchronize()
+        if host_out is not None and hasattr(clock, "host_elapsed_ms"):
+            host_out.append(clock.host_elapsed_ms(start, end) / count)
         return [clock.elapsed_ms(start, end) / count]
     barrier = clock.barrier if mode is ExecMode.DISCRETE else None
     marks: List[Any] = [None] * (2 * count)
@@ -76,5 +80,8 @@ def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
         fn()
         marks[i + 1] = stamp()
     clock.synchronize()
+    if host_out is not None and hasattr(clock, "host_elapsed_ms"):
+        host = clock.host_elapsed_ms
+        host_out.extend(host(marks[i], marks[i + 1]) for i in range(0, 2 * count, 2))
     elapsed = clock.elapsed_ms
     return [elapsed(marks[i], marks[i + 1]) for i in range(0, 2 * count, 2)]

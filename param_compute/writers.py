@@ -10,11 +10,7 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from .engine import RunSummary
 from .expansion import PlannedRun
-from .records import RunRecord
-
-
-def _json_line(value: Dict[str, Any]) -> str:
-    return json.dumps(value, separators=(", ", ": "), default=_plain) + "\n"
+from .records import STATUS_DRY_RUN, RunRecord
 
 
 def _plain(value: Any) -> Any:
@@ -28,22 +24,44 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+#: One encoder for every line (``json.dumps`` with options builds a new one per call). Records
+#: are trees built from JSON values, so the circular-reference bookkeeping is skipped; a cycle
+#: would still fail, with a RecursionError.
+_ENCODER = json.JSONEncoder(separators=(", ", ": "), default=_plain, check_circular=False)
+
+
+def _json_line(value: Dict[str, Any]) -> str:
+    return _ENCODER.encode(value) + "\n"
+
+
 def now_iso() -> str:
     return datetime.now().isoformat(timespec="seconds")
 
 
 class JsonlResultWriter:
-    """Writes PARAM-layout JSON Lines; every line is written whole and flushed at once."""
+    """Writes PARAM-layout JSON Lines, each line with a single ``write`` call.
 
-    def __init__(self, path: Path, header: Dict[str, Any], append: bool = False):
+    The header, the last line and every measured or failed run's record are flushed at once, so
+    a crash in a later run loses nothing measured. Dry-run records cost nothing to plan again and
+    come by the hundred thousand, where a flush per line (a system call each) would add some 40%
+    to the cost of writing them: they are left to the stream's buffer, which goes to the file
+    whenever it fills (whole lines, since each line is one write) and at the end. Python closes
+    the file, flushing it, on any exit but a hard kill.
+    """
+
+    def __init__(self, path: Path, header: Dict[str, Any], append: bool = False,
+                 finish_extra: Optional[Dict[str, Any]] = None):
         self.path = Path(path)
         self.header = header
         self.append = append
+        # Further keys of the last line (the trace files written beside the results...).
+        self.finish_extra = dict(finish_extra or {})
         self.stream: Optional[TextIO] = None
 
-    def _write(self, value: Dict[str, Any]) -> None:
+    def _write(self, value: Dict[str, Any], flush: bool = True) -> None:
         self.stream.write(_json_line(value))
-        self.stream.flush()
+        if flush:
+            self.stream.flush()
 
     def start(self, total: Optional[int]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,11 +70,12 @@ class JsonlResultWriter:
 
     def run_done(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
         if record is not None:
-            self._write(record.to_json())
+            self._write(record.to_json(), flush=record.status != STATUS_DRY_RUN)
 
     def finish(self, summary: RunSummary) -> None:
         self._write({"finish_time": now_iso(), "runs_ok": summary.ok,
-                     "runs_failed": len(summary.failed), "runs_dry": summary.dry_run})
+                     "runs_failed": len(summary.failed), "runs_dry": summary.dry_run,
+                     **self.finish_extra})
         self.stream.close()
 
 

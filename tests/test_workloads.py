@@ -30,7 +30,7 @@ def new_operator(name, device="cpu"):
 def run_forward_backward(op, args):
     """Forward through the bound callable, then one backward as the engine runs it."""
     output = op.bind_forward(args, {})()
-    op.run_forward_for_backward(args, {})
+    op.remember_output(output)
     op.create_grad()
     op.backward()
     return output
