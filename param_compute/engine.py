@@ -50,6 +50,8 @@ class RunSelector:
         self.stopped = False
 
     def wants(self, run: PlannedRun) -> bool:
+        if self.resume_id is None and self.stop_id is None:
+            return True
         key = run.key
         if self.stop_id is not None and key == self.stop_id:
             self.stopped = True
