@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, List, Optional, Protocol
+from typing import Callable, Iterable, List, Optional, Protocol, Sequence
 
 from .expansion import PlannedRun, count_runs, plan_runs
 from .options import RunOptions
@@ -75,12 +75,16 @@ class Engine:
 
     def __init__(self, spec: BenchmarkSpec, options: RunOptions, registries,
                  factories: Optional[Callable[[str], Callable]] = None,
-                 sinks: Iterable[RecordSink] = ()):
+                 sinks: Iterable[RecordSink] = (),
+                 run_filters: Sequence[Callable[[PlannedRun], bool]] = ()):
+        """``run_filters`` further select runs (a shard's slice, runs not yet done when
+        resuming); a run every filter accepts and ``--resume-id``/``--stop-id`` select runs."""
         self.spec = spec
         self.options = options
         self.registries = registries
         self.factories = factories
         self.sinks = list(sinks)
+        self.run_filters = list(run_filters)
 
     def plan(self) -> Iterable[PlannedRun]:
         return plan_runs(self.spec, self.registries.config_iterators, self.options.device)
@@ -100,7 +104,7 @@ class Engine:
             executor = Executor(self)
         try:
             for run in self.plan():
-                if not selector.wants(run):
+                if not selector.wants(run) or not all(f(run) for f in self.run_filters):
                     summary.skipped += 1
                     self._emit(run, None)
                     if selector.stopped:

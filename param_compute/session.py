@@ -45,9 +45,10 @@ class Toolchain:
             return self.validate(spec, "<dict>")
         return self.validate(read_spec_file(Path(spec)), str(spec))
 
-    def engine(self, spec: BenchmarkSpec, options: RunOptions,
-               sinks: Iterable[RecordSink]) -> Engine:
-        return Engine(spec, options.check(), self.registries, self.resolver.factory, sinks)
+    def engine(self, spec: BenchmarkSpec, options: RunOptions, sinks: Iterable[RecordSink],
+               run_filters: Sequence = ()) -> Engine:
+        return Engine(spec, options.check(), self.registries, self.resolver.factory, sinks,
+                      run_filters)
 
 
 def run(spec: Union[str, Path, dict], options: Optional[RunOptions] = None,
