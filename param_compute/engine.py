@@ -7,12 +7,14 @@ measuring side lives in ``executor``.
 from __future__ import annotations
 
 import logging
+import signal
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Optional, Protocol, Sequence
 
 from .expansion import PlannedRun, count_runs, plan_runs
 from .options import RunOptions
-from .records import STATUS_DRY_RUN, STATUS_OK, RunRecord
+from .records import STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunRecord
+from .signals import Interrupted
 from .validation import BenchmarkSpec
 
 log = logging.getLogger("param_compute")
@@ -25,9 +27,13 @@ class RunSummary:
     dry_run: int = 0
     skipped: int = 0
     unmatched_ids: List[str] = field(default_factory=list)
+    stopped_early: bool = False  # --fail-fast
+    interrupted: Optional[int] = None  # the signal that stopped the run
 
     @property
     def exit_status(self) -> int:
+        if self.interrupted:
+            return 128 + int(self.interrupted)
         return 1 if self.failed else 0
 
 
@@ -92,17 +98,26 @@ class Engine:
     def total(self) -> Optional[int]:
         return count_runs(self.spec, self.registries.config_iterators)
 
+    def _executor(self):
+        if self.options.dry_run:
+            return None
+        if self.options.isolate:
+            from .isolation import IsolatedExecutor
+
+            return IsolatedExecutor(self)
+        from .executor import Executor  # the torch side; a dry run never imports it
+
+        return Executor(self)
+
     def run(self) -> RunSummary:
+        """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
         summary = RunSummary()
         selector = RunSelector(self.options.resume_id, self.options.stop_id)
         for sink in self.sinks:
             sink.start(self.total())
         executor = None
-        if not self.options.dry_run:
-            from .executor import Executor  # the torch side; a dry run never imports it
-
-            executor = Executor(self)
         try:
+            executor = self._executor()
             for run in self.plan():
                 if not selector.wants(run) or not all(f(run) for f in self.run_filters):
                     summary.skipped += 1
@@ -120,10 +135,18 @@ class Engine:
                     else:
                         summary.failed.append(record)
                 self._emit(run, record)
+                if self.options.fail_fast and record.status == STATUS_ERROR:
+                    summary.stopped_early = True
+                    log.warning("stopping at the first failure (--fail-fast)")
+                    break
+        except (KeyboardInterrupt, Interrupted) as stop:
+            summary.interrupted = getattr(stop, "signum", signal.SIGINT)
+            log.warning("interrupted by %s: writing the summary", signal.Signals(
+                summary.interrupted).name)
         finally:
             if executor is not None:
                 executor.close()
-        summary.unmatched_ids = selector.unmatched()
+        summary.unmatched_ids = [] if summary.interrupted else selector.unmatched()
         for message in summary.unmatched_ids:
             log.warning("%s", message)
         for sink in self.sinks:

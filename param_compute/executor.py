@@ -18,6 +18,7 @@ from .annotations import Annotator, phase_range_name, run_range_name
 from .data_generation import seed_for_run, seed_generators
 from .devices import open_device
 from .expansion import PlannedRun
+from .memory_guard import MemoryLimitExceeded, default_limit, format_size, spec_bytes
 from .options import RunOptions
 from .records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from .throughput import FlopCounter, gradient_bytes, tensor_bytes
@@ -91,6 +92,8 @@ class Executor:
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.flop_counter = FlopCounter() if options.throughput else None
+        self.memory_limit = (default_limit(options.device) if options.max_memory == "auto"
+                             else options.max_memory)
         self.built = _BuiltOperator(engine.factories, self.registries, options)
         self.generators: Dict[str, Any] = {}
 
@@ -108,6 +111,7 @@ class Executor:
         passes: List[PassResult] = []
         try:
             with self.annotator.range(run_range_name(run.op_name, run.id)):
+                self._phase("memory", lambda: self._check_memory(run))
                 op = self._phase("build", lambda: self.built.get(run, op_spec, self.seed_run))
                 self.seed_run(run.key)
                 args, kwargs = self._phase("data", lambda: self._generator(
@@ -119,13 +123,32 @@ class Executor:
                     passes.append(self._phase("backward", lambda: self._backward(
                         run, op, fn, args, kwargs)))
         except _PhaseError as failure:
-            log.debug("run %s failed in %s", run.key, failure.phase, exc_info=failure.cause)
-            log.warning("%s failed in %s: %s: %s", run.key, failure.phase,
-                        type(failure.cause).__name__, failure.cause)
-            record = _error(run, failure.cause, failure.phase)
-            record.passes = passes
-            return record
+            return self._failed(run, failure, passes)
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes)
+
+    def _failed(self, run: PlannedRun, failure: "_PhaseError", passes) -> RunRecord:
+        cause = failure.cause
+        log.debug("run %s failed in %s", run.key, failure.phase, exc_info=cause)
+        log.warning("%s failed in %s: %s: %s", run.key, failure.phase, type(cause).__name__,
+                    cause)
+        record = _error(run, cause, failure.phase)
+        record.passes = passes
+        # The traceback's frames hold this run's tensors: drop them now, so the memory is free
+        # before the next config (after an out-of-memory error above all).
+        cause.__traceback__ = None
+        if isinstance(cause, (MemoryError, torch.OutOfMemoryError)):
+            self.built.release()
+            self.device.release_cached_memory()
+        return record
+
+    def _check_memory(self, run: PlannedRun) -> None:
+        if self.memory_limit is None:
+            return
+        needed = spec_bytes(run.input) + spec_bytes(run.build)
+        if needed > self.memory_limit:
+            raise MemoryLimitExceeded(
+                f"the config's tensors need an estimated {format_size(needed)}, over the "
+                f"{format_size(self.memory_limit)} limit (--max-memory); nothing was allocated")
 
     @staticmethod
     def _phase(phase: str, action: Callable[[], Any]) -> Any:

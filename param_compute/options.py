@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 from .errors import OptionsError
 from .timing import ExecMode
@@ -32,10 +32,20 @@ class RunOptions:
     cuda_graph: bool = False
     profile: bool = False
     execution_trace: bool = False
+    #: Stop at the first failed run.
+    fail_fast: bool = False
+    #: Refuse configs whose tensors are estimated above this many bytes: "auto" (half of the
+    #: memory available at start), an int, or None (no limit).
+    max_memory: Union[int, str, None] = "auto"
+    #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
+    isolate: bool = False
+    timeout: Optional[float] = None
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
+        if self.timeout is not None:  # a per-config bound needs a process that can be killed
+            object.__setattr__(self, "isolate", True)
 
     def check(self) -> "RunOptions":
         if self.warmup < 0:
@@ -51,6 +61,12 @@ class RunOptions:
                                f"({self.iteration})")
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise OptionsError("--cuda-graph needs a CUDA device (-d cuda)")
+        if self.timeout is not None and self.timeout <= 0:
+            raise OptionsError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        if self.max_memory not in ("auto", None) and not (
+                isinstance(self.max_memory, int) and self.max_memory > 0):
+            raise OptionsError(f"--max-memory must be a positive size, 'auto' or None, got "
+                               f"{self.max_memory!r}")
         if self.cuda_graph and self.backward:
             raise OptionsError("--cuda-graph replays the forward pass only; drop -b/--backward")
         kind, _, index = self.device.partition(":")

@@ -76,8 +76,25 @@ class RunRecord:
     def stats(self) -> Dict[str, Optional[Dict[str, float]]]:
         return {p.name: summarize(p.measure_ms) for p in self.passes}
 
+    @property
+    def count(self) -> Optional[int]:
+        """How often a captured config occurred in its workload (its input's ``count``)."""
+        config_input = self.config.get("input") if isinstance(self.config, dict) else None
+        return config_input.get("count") if isinstance(config_input, dict) else None
+
+    @classmethod
+    def from_fields(cls, fields: Dict[str, Any]) -> "RunRecord":
+        """Rebuild a record from ``dataclasses.asdict`` output (records cross process bounds)."""
+        fields = dict(fields)
+        fields["passes"] = [PassResult(**p) for p in fields.get("passes", [])]
+        if fields.get("error") is not None:
+            fields["error"] = RunError(**fields["error"])
+        return cls(**fields)
+
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
+        if self.count is not None:
+            out["count"] = self.count
         if self.passes:  # an error record keeps the passes measured before the failure
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}

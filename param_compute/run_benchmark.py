@@ -10,6 +10,7 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import List, Optional
 
 from .errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 from .options import RunOptions
+from .signals import Interrupted
 from .timing import ExecMode
 
 log = logging.getLogger("param_compute")
@@ -56,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run under torch.profiler; write a Chrome trace beside the results")
     p.add_argument("--et", action="store_true",
                    help="write a PyTorch execution trace of the run beside the results")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
+    p.add_argument("--max-memory", default="auto", metavar="SIZE",
+                   help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, "
+                        "512MiB) without allocating; 'auto' (default): half the memory "
+                        "available at start; 'none': no limit")
+    p.add_argument("--isolate", action="store_true",
+                   help="run configs in a worker subprocess (reused while healthy): a crash "
+                        "or hang becomes an error record and the run goes on")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="bound each config to S seconds (implies --isolate)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --output: continue an interrupted run in that file, skipping "
+                        "the runs already in it")
     p.add_argument("--num-threads", type=int, default=1,
                    help="torch intra-op threads (default 1, as PARAM)")
     p.add_argument("--seed", type=int, default=0,
@@ -125,9 +140,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (SpecError, OptionsError) as exc:
         print(str(exc) if isinstance(exc, SpecError) else f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as stop:  # before the run started: nothing to write
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(stop, "signum", signal.SIGINT))
     except Exception as exc:  # an engine bug: say what, keep the traceback for DEBUG
         log.debug("internal error", exc_info=True)
         print(f"internal error: {type(exc).__name__}: {exc} (rerun with --log-level DEBUG for "
@@ -138,6 +153,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .console import ConsoleReporter
     from .devices import check_device
+    from .memory_guard import parse_size
+    from .resume import scan_results, spec_digest
+    from .signals import GUARD
     from .profiling import profiled, trace_paths
     from .session import Toolchain
     from .sysinfo import sys_info
@@ -168,15 +186,28 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          cuda_l2_cache=args.cuda_l2_cache == "on",
                          throughput=not args.no_throughput, pt2_model=args.pt2_model,
                          cuda_graph=args.cuda_graph, profile=args.profile,
-                         execution_trace=args.et).check()
+                         execution_trace=args.et, fail_fast=args.fail_fast,
+                         max_memory=("auto" if args.max_memory == "auto"
+                                     else parse_size(args.max_memory)),
+                         isolate=args.isolate, timeout=args.timeout).check()
+    if args.resume and (args.output is None or args.append):
+        raise OptionsError("--resume needs --output PATH (and no --append): it continues the "
+                           "run in that file")
     if not options.dry_run:
         check_device(options.device)
     spec = toolchain.load(args.config)
+    digest = spec_digest(args.config)
+    resume = None
+    if args.resume:
+        resume = scan_results(args.output)
+        resume.check_matches(digest, options.dry_run)
 
     start = datetime.now()
     path = _results_path(args, start)
     run_options = options.to_json()
     run_options["config_file"] = str(args.config)
+    run_options["spec_sha256"] = digest
+    run_options["max_memory"] = options.max_memory
     run_options["benchmark_args"] = {k: (str(v) if isinstance(v, Path) else v)
                                      for k, v in vars(args).items()
                                      if k != "workloads_dir"}
@@ -187,10 +218,16 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     traces = {name: str(file) for name, file in trace_paths(path).items()
               if (name == "trace_file" and options.profile)
               or (name == "et_file" and options.execution_trace)}
-    sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces),
+    sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces,
+                               resume=resume),
              ConsoleReporter(str(path), progress=False if args.no_progress else None)]
+    if resume is not None and resume.completed:
+        log.info("resuming %s: %d runs already done%s", path, len(resume.completed),
+                 ", dropping a torn last line" if resume.torn_line else "")
+    GUARD.install()
     with profiled(path, options.profile, options.execution_trace, options.device) as written:
-        summary = toolchain.engine(spec, options, sinks).run()
+        summary = toolchain.engine(spec, options, sinks,
+                                   [resume.wants] if resume is not None else []).run()
     for name, file in written.items():
         log.info("%s: %s", name.replace("_", " "), file)
     return summary.exit_status

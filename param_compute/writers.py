@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
@@ -11,6 +12,8 @@ from typing import Any, Dict, List, Optional, TextIO
 from .engine import RunSummary
 from .expansion import PlannedRun
 from .records import STATUS_DRY_RUN, RunRecord
+from .resume import ResumeState
+from .signals import GUARD
 
 
 def _plain(value: Any) -> Any:
@@ -50,21 +53,32 @@ class JsonlResultWriter:
     """
 
     def __init__(self, path: Path, header: Dict[str, Any], append: bool = False,
-                 finish_extra: Optional[Dict[str, Any]] = None):
+                 finish_extra: Optional[Dict[str, Any]] = None,
+                 resume: Optional[ResumeState] = None):
         self.path = Path(path)
         self.header = header
         self.append = append
         # Further keys of the last line (the trace files written beside the results...).
         self.finish_extra = dict(finish_extra or {})
+        self.resume = resume
         self.stream: Optional[TextIO] = None
 
     def _write(self, value: Dict[str, Any], flush: bool = True) -> None:
-        self.stream.write(_json_line(value))
-        if flush:
-            self.stream.flush()
+        line = _json_line(value)
+        with GUARD.critical():  # a signal waits until the line is whole
+            self.stream.write(line)
+            if flush:
+                self.stream.flush()
 
     def start(self, total: Optional[int]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.resume is not None and self.resume.header is not None:
+            self.resume.truncate_torn_tail()
+            self.stream = open(self.path, "a", encoding="utf-8")
+            self._write({"resume_time": now_iso(), "completed_runs": len(self.resume.completed),
+                         "dropped_torn_line": self.resume.torn_line,
+                         "resume_options": self.header["run_options"]})
+            return
         self.stream = open(self.path, "a" if self.append else "w", encoding="utf-8")
         self._write(self.header)
 
@@ -73,9 +87,14 @@ class JsonlResultWriter:
             self._write(record.to_json(), flush=record.status != STATUS_DRY_RUN)
 
     def finish(self, summary: RunSummary) -> None:
-        self._write({"finish_time": now_iso(), "runs_ok": summary.ok,
-                     "runs_failed": len(summary.failed), "runs_dry": summary.dry_run,
-                     **self.finish_extra})
+        last = {"finish_time": now_iso(), "runs_ok": summary.ok,
+                "runs_failed": len(summary.failed), "runs_dry": summary.dry_run}
+        if summary.interrupted:
+            last["interrupted"] = signal.Signals(summary.interrupted).name
+        if summary.stopped_early:
+            last["stopped_early"] = "fail-fast"
+        last.update(self.finish_extra)
+        self._write(last)
         self.stream.close()
 
 

@@ -1,0 +1,222 @@
+"""Reliability: isolated failures, crash-safe and resumable results, signals, the memory guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import param_compute
+from conftest import read_results, run_cli, simple_op, tensor, write_spec
+
+HOSTILE = textwrap.dedent("""
+    import os, time
+    from param_compute import OperatorInterface, register_operator
+
+    class Abort(OperatorInterface):
+        def forward(self, *args):
+            os.abort()
+
+    class Hang(OperatorInterface):
+        def forward(self, *args):
+            while True:
+                time.sleep(1)
+
+    class RaiseMemoryError(OperatorInterface):
+        def forward(self, *args):
+            raise MemoryError("pretend the host ran out")
+
+    register_operator("test.abort", Abort)
+    register_operator("test.hang", Hang)
+    register_operator("test.memory_error", RaiseMemoryError)
+""")
+
+
+@pytest.fixture
+def hostile_plugins(tmp_path):
+    directory = tmp_path / "plugins"
+    directory.mkdir()
+    (directory / "hostile.py").write_text(HOSTILE)
+    return directory
+
+
+def _one_int_op(name):
+    return simple_op(name, {"type": "int", "value": 1})
+
+
+def test_isolated_run_survives_an_abort_and_a_hang(tmp_path, hostile_plugins):
+    spec = {**_one_int_op("test.abort"), **_one_int_op("test.hang"),
+            **simple_op("torch.add", tensor(4), tensor(4))}
+    out = tmp_path / "r.json"
+    started = time.monotonic()
+    result = run_cli("-c", write_spec(tmp_path, spec), "--workloads-dir", hostile_plugins,
+                     "--isolate", "--timeout", "5", "--output", out, "-i", "3")
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert elapsed < 45
+    _, runs, finish = read_results(out)
+    assert [(r["op_name"], r["status"]) for r in runs] == [
+        ("test.abort", "error"), ("test.hang", "error"), ("torch.add", "ok")]
+    assert runs[0]["error"]["message"] == "crashed: signal 6 (SIGABRT)"
+    assert runs[1]["error"]["message"] == "timeout after 5 s"
+    assert runs[2]["stats"]["forward"]["n"] == 3
+    assert finish["runs_failed"] == 2 and finish["runs_ok"] == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_isolated_records_equal_in_process_records():
+    spec = simple_op("torch.mm", tensor(16, 8), tensor(8, 4))
+    inline = param_compute.run(spec, iteration=3).records[0]
+    isolated = param_compute.run(spec, iteration=3, isolate=True).records[0]
+    assert isolated["status"] == inline["status"] == "ok"
+    assert set(isolated) == set(inline) and isolated["config"] == inline["config"]
+    assert isolated["throughput"]["forward"]["flops"] == inline["throughput"]["forward"]["flops"]
+    assert len(isolated["metric"]["forward"]["measure.time"]) == 3
+
+
+def test_memory_error_is_a_failure_and_the_run_goes_on(hostile_plugins):
+    spec = {**_one_int_op("test.memory_error"), **simple_op("torch.add", tensor(4), tensor(4))}
+    result = param_compute.run(spec, workloads_dirs=[hostile_plugins])
+    assert [r["status"] for r in result.records] == ["error", "ok"]
+    assert result.records[0]["error"] == {"type": "MemoryError", "phase": "forward",
+                                          "message": "pretend the host ran out"}
+
+
+@pytest.mark.parametrize("shape", [[10**15], [10**10, 10**10, 10**10], [2**40, 2**40, 2**40]])
+def test_memory_guard_refuses_absurd_configs_without_allocating(shape):
+    spec = {"torch.sum": {"input_data_generator": "PyTorch:DefaultDataGenerator", "config": [
+        {"input": [{"args": [tensor(*shape)]}]}, {"input": [{"args": [tensor(8)]}]}]}}
+    records = param_compute.run(spec).records
+    assert [r["status"] for r in records] == ["error", "ok"]
+    error = records[0]["error"]
+    assert error["phase"] == "memory" and error["type"] == "MemoryLimitExceeded"
+    assert "nothing was allocated" in error["message"]
+
+
+def test_max_memory_option(tmp_path):
+    spec = simple_op("torch.add", tensor(1024), tensor(1024))
+    out = tmp_path / "r.json"
+    refused = run_cli("-c", write_spec(tmp_path, spec), "--max-memory", "4KiB", "--output", out)
+    assert refused.returncode == 1
+    [run] = read_results(out)[1]
+    assert "need an estimated 8 KiB, over the 4 KiB limit" in run["error"]["message"]
+    assert run_cli("-c", write_spec(tmp_path, spec), "--max-memory", "none", "--output",
+                   out).returncode == 0
+    bad = run_cli("-c", write_spec(tmp_path, spec), "--max-memory", "lots", "--output", out)
+    assert bad.returncode == 2 and "cannot read 'lots'" in bad.stderr
+
+
+def test_fail_fast_stops_at_the_first_failure(tmp_path):
+    spec = {"torch.mm": {"input_data_generator": "PyTorch:DefaultDataGenerator", "config": [
+        {"input": [{"args": [tensor(2, 3), tensor(3, 2)]}]},
+        {"input": [{"args": [tensor(2, 3), tensor(4, 2)]}]},
+        {"input": [{"args": [tensor(2, 3), tensor(3, 2)]}]}]}}
+    out = tmp_path / "r.json"
+    result = run_cli("-c", write_spec(tmp_path, spec), "--fail-fast", "--output", out)
+    assert result.returncode == 1
+    _, runs, finish = read_results(out)
+    assert [r["status"] for r in runs] == ["ok", "error"]
+    assert finish["stopped_early"] == "fail-fast"
+
+
+def _range_spec(tmp_path, runs: int, size: int = 4):
+    spec = {"torch.add": {"input_iterator": "RangeConfigIterator",
+                          "input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [
+                              tensor(size), {"type": "int", "value": [1, runs],
+                                             "__range__": ["value"]}]}]}]}}
+    return write_spec(tmp_path, spec)
+
+
+def _start(*args):
+    return subprocess.Popen([sys.executable, "-m", "param_compute.run_benchmark",
+                             "--no-progress", *map(str, args)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _lines(path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def test_sigkill_at_random_moments_then_resume_gives_each_id_exactly_once(tmp_path):
+    spec = _range_spec(tmp_path, 200, size=4096)
+    out = tmp_path / "r.json"
+    arguments = ("-c", spec, "--output", out, "-w", "1", "-i", "200", "--resume")
+    rng = random.Random(1234)
+    kills = 0
+    for _ in range(5):
+        # Kill at a random moment while runs are being written: after a random number of new
+        # lines, plus a random fraction of a run's time.
+        before = _lines(out)
+        target = before + rng.randint(2, 30)
+        process = _start(*arguments)
+        deadline = time.monotonic() + 120
+        while process.poll() is None and _lines(out) < target and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.01))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait()
+    assert kills == 5
+    final = _start(*arguments)
+    _, stderr = final.communicate(timeout=300)
+    assert final.returncode == 0, stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]  # no torn line
+    ids = [line["id"] for line in lines if "op_name" in line]
+    assert len(ids) == 200 and len(set(ids)) == 200
+    assert sorted(ids) == sorted(f"0|0|0_{i}" for i in range(200))
+    assert "run_options" in lines[0] and "finish_time" in lines[-1]
+    assert sum("resume_time" in line for line in lines) >= 4
+
+
+def test_resume_drops_a_torn_last_line_and_records_the_resumption(tmp_path):
+    spec = _range_spec(tmp_path, 5)
+    out = tmp_path / "r.json"
+    assert run_cli("-c", spec, "--output", out, "--stop-id", "torch.add|0|0|0_3").returncode == 0
+    lines = out.read_text().splitlines()[:-1]  # as if killed: no finish line...
+    out.write_text("\n".join(lines) + '\n{"op_name": "torch.add", "id": "0|0|0_3", "sta')
+    result = run_cli("-c", spec, "--output", out, "--resume")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [line["id"] for line in lines if "op_name" in line]
+    assert ids == [f"0|0|0_{i}" for i in range(5)]
+    [marker] = [line for line in lines if "resume_time" in line]
+    assert marker["completed_runs"] == 3 and marker["dropped_torn_line"] is True
+
+
+def test_resume_refuses_a_file_of_another_spec(tmp_path):
+    out = tmp_path / "r.json"
+    assert run_cli("-c", _range_spec(tmp_path, 3), "--output", out).returncode == 0
+    other = write_spec(tmp_path, simple_op("torch.add", tensor(2), tensor(2)), "other.json")
+    result = run_cli("-c", other, "--output", out, "--resume")
+    assert result.returncode == 2 and "was written for a different spec" in result.stderr
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signals_finish_the_line_and_write_an_interrupted_finish_record(tmp_path, signum,
+                                                                          status):
+    out = tmp_path / "r.json"
+    process = _start("-c", _range_spec(tmp_path, 500, size=4096), "--output", out, "-i", "200")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until some runs are measured
+        if out.exists() and len(out.read_text().splitlines()) > 3:
+            break
+        time.sleep(0.1)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == status, stderr
+    header, runs, finish = read_results(out)  # every line parses
+    assert runs and all(r["status"] == "ok" for r in runs)
+    assert finish["interrupted"] == signal.Signals(signum).name
+    assert "Traceback" not in stderr
