@@ -12,9 +12,10 @@ setup(
         "param_compute",
         "param_compute.workloads",
         "param_compute.workloads.pytorch",
+        "param_compute.tools",
     ],
     package_dir={"param_compute.workloads": "workloads"},
     package_data={"param_compute": ["schema/*.json"]},
-    install_requires=["torch", "jsonschema>=4.18", "rich>=13", "nvtx>=0.2.5"],
+    install_requires=["torch", "jsonschema>=4.18", "rich>=13", "nvtx>=0.2.5", "matplotlib>=3.7"],
     extras_require={"fbgemm": ["fbgemm-gpu-cpu==1.8.0"], "test": ["pytest>=7", "hypothesis>=6"]},
 )

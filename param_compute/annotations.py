@@ -4,12 +4,19 @@ Ranges mark each run (``param_compute|OP|ID``) and each timed phase inside it
 (``param_compute|OP|ID|warmup|forward``, ``...|measure|backward``), never single iterations, so
 they cost nothing measurable: without a profiler attached the nvtx package's calls are no-ops of
 well under a microsecond, and torch.profiler's ``record_function`` is only used while profiling.
+
+The one exception is the profiler child of ``--ncu``/``--nsys`` (``run_batch``): there each
+measured iteration is also a start/end range ``param_compute|OP|ID|iteration|PASS`` (see
+``iteration_ranges``), so Nsight Compute's NVTX filter selects measured iterations only (no
+warm-up, data generation, L2 flush or the forward that precedes a timed backward). Start/end
+ranges are process-wide, unlike push/pop ranges, so the backward kernels that autograd launches
+from its own thread on CUDA fall inside them too.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import nvtx
 
@@ -22,6 +29,35 @@ def run_range_name(op_name: str, run_id: str) -> str:
 
 def phase_range_name(op_name: str, run_id: str, phase: str, pass_name: str) -> str:
     return f"param_compute|{op_name}|{run_id}|{phase}|{pass_name}"
+
+
+#: The phase word of per-iteration ranges (only in the profiler child).
+ITERATION = "iteration"
+
+
+def iteration_range_name(op_name: str, run_id: str, pass_name: str) -> str:
+    return f"param_compute|{op_name}|{run_id}|{ITERATION}|{pass_name}"
+
+
+#: Nsight Compute's NVTX filter for measured iterations: start/end ranges of the param_compute
+#: domain whose name has ``|iteration|`` (a ``regex:`` filter; checked with ncu 2025.3.1).
+NCU_ITERATION_FILTER = f"regex:{NVTX_DOMAIN}@.*\\|{ITERATION}\\|.*"
+
+
+def iteration_ranges(fn: Callable[[], Any], name: str) -> Callable[[], Any]:
+    """``fn`` wrapped so that every call is one NVTX start/end range named ``name``."""
+    domain = nvtx.get_domain(NVTX_DOMAIN)
+    attributes = domain.get_event_attributes(message=name)
+    start, end = domain.start_range, domain.end_range
+
+    def ranged() -> Any:
+        handle = start(attributes)
+        try:
+            return fn()
+        finally:
+            end(handle)
+
+    return ranged
 
 
 class Annotator:

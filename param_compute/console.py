@@ -14,6 +14,7 @@ from .engine import RunSummary
 from .expansion import PlannedRun
 from .records import STATUS_OK, RunRecord
 from .stats import NOISY_CV
+from .workload_totals import WorkloadTotals
 
 #: The summary table shows at most this many runs (memory stays flat for huge runs).
 SUMMARY_ROWS = 40
@@ -43,6 +44,7 @@ class ConsoleReporter:
         self.results_path = results_path
         self.rows: List[RunRecord] = []
         self.hidden_rows = 0
+        self.workload = WorkloadTotals()  # records with a count: a captured workload
         self.progress: Optional[Progress] = None
         self.task = None
 
@@ -60,6 +62,7 @@ class ConsoleReporter:
             self.progress.update(self.task, advance=1, description=f"{run.op_name} {run.id}")
         if record is None:
             return
+        self.workload.add(record)
         if len(self.rows) < SUMMARY_ROWS:
             self.rows.append(record)
         else:
@@ -94,6 +97,8 @@ class ConsoleReporter:
             self.console.print(table)
         if self.hidden_rows:
             self.console.print(f"... {self.hidden_rows} more runs in the results file")
+        if self.workload.configs or self.workload.failed_configs:
+            print_workload_totals(self.console, self.workload)
         parts = [f"{summary.ok} measured"]
         if summary.dry_run:
             parts.append(f"{summary.dry_run} planned (dry run)")
@@ -108,3 +113,31 @@ class ConsoleReporter:
                                f"{record.error.message}", soft_wrap=True, highlight=False)
         if self.results_path:
             self.console.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)
+
+
+def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int = 10) -> None:
+    """Where a captured workload's time goes: configs by median x count, operators by share."""
+    configs = Table(title="where the time goes: largest configs (median × count)",
+                    title_justify="left")
+    for column, justify in (("op", "left"), ("id", "left"), ("median", "right"),
+                            ("count", "right"), ("total", "right"), ("share", "right")):
+        configs.add_column(column, justify=justify)
+    for op, run_id, median, count, total in totals.top_configs():
+        configs.add_row(op, run_id, _ms(median), str(count), _ms(total),
+                        f"{totals.share(total):.1%}")
+    ops = Table(title="top operators by total time", title_justify="left")
+    for column, justify in (("op", "left"), ("configs", "right"), ("calls", "right"),
+                            ("total", "right"), ("share", "right")):
+        ops.add_column(column, justify=justify)
+    for op in totals.top_ops(top_ops):
+        ops.add_row(op.op_name, str(op.configs), str(op.calls), _ms(op.total_ms),
+                    f"{totals.share(op.total_ms):.1%}")
+    if totals.configs:
+        console.print(configs)
+        console.print(ops)
+    line = (f"replayed workload: {_ms(totals.total_ms)} (Σ median × count) over {totals.calls} "
+            f"calls in {totals.configs} configs")
+    if totals.failed_configs:
+        line += (f"; [red]{totals.failed_configs} configs ({totals.failed_calls} calls) not "
+                 "measured[/red]")
+    console.print(line, soft_wrap=True, highlight=False)

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from .dtypes import DTYPE_NAMES, is_differentiable
+from .dtypes import DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES, is_differentiable
 from .interfaces import DataGenerator
 
 # PARAM's default for integer tensors without value_range: uniform integers in [-10, 10).
@@ -29,12 +29,49 @@ def seed_for_run(seed: int, run_key: str) -> int:
     return zlib.crc32(f"{seed}|{run_key}".encode()) ^ (seed & 0xFFFFFFFF)
 
 
-def seed_generators(seed: int) -> None:
+def seed_generators(seed: int, device: str = "cpu") -> None:
+    """Seed Python's generator and torch's generator(s) for ``device``.
+
+    Not ``torch.manual_seed``: on a build with CUDA/XPU/MTIA support it also queues a deferred
+    seeding of every such backend, capturing a stack trace each time (~0.13 ms per config).
+    CPU data are the same bit for bit: ``torch.manual_seed`` seeds this same generator.
+    """
     random.seed(seed)
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed(seed)  # the current device, which the executor set
+
+
+def _storage_size(shape: Tuple[int, ...], stride: Tuple[int, ...], offset: int) -> int:
+    """Elements a storage needs to hold a ``shape``/``stride`` view starting at ``offset``."""
+    if any(size == 0 for size in shape):
+        return offset
+    return offset + 1 + sum((size - 1) * step for size, step in zip(shape, stride))
+
+
+def _contiguous_stride(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    stride, step = [], 1
+    for size in reversed(shape):
+        stride.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(stride))
 
 
 def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
+    device = spec.get("device", device)
+    if "stride" in spec or "storage_offset" in spec:
+        # A non-contiguous (or offset) tensor, recreated as such: a filled flat storage viewed
+        # with the captured strides (stride 0, overlapping and offset views included).
+        shape = tuple(spec["shape"])
+        stride = tuple(spec.get("stride") or _contiguous_stride(shape))
+        offset = spec.get("storage_offset", 0)
+        flat = {key: value for key, value in spec.items()
+                if key not in ("stride", "storage_offset", "device")}
+        flat.update(shape=[_storage_size(shape, stride, offset)], requires_grad=False)
+        tensor = _tensor(flat, device).as_strided(shape, stride, offset)
+        if spec.get("requires_grad", is_differentiable(spec["dtype"])):
+            tensor = tensor.detach().requires_grad_(True)
+        return tensor
     dtype = torch_dtype(spec["dtype"])
     shape = tuple(spec["shape"])
     value_range = spec.get("value_range")
@@ -61,7 +98,8 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
 
 def _number(spec: Dict[str, Any], draw) -> Any:
     if "value" in spec:
-        return spec["value"]
+        value = spec["value"]
+        return float(value) if isinstance(value, str) else value  # "inf", "-inf", "nan"
     low, high = spec["value_range"]
     return draw(low, high)
 
@@ -85,6 +123,11 @@ def materialize(spec: Dict[str, Any], device: str) -> Any:
         return torch.device(spec["value"])
     if kind == "dtype":
         return torch_dtype(spec["value"])
+    if kind in ("layout", "memory_format"):
+        names = LAYOUT_NAMES if kind == "layout" else MEMORY_FORMAT_NAMES
+        if spec["value"] not in names:
+            raise ValueError(f"unknown {kind} {spec['value']!r}")
+        return getattr(torch, spec["value"])
     if kind == "genericlist":
         return [materialize(item, device) for item in spec["value"]]
     if kind == "tuple":

@@ -18,8 +18,8 @@ from .timing import HostClock
 class CudaEventClock:
     """CUDA events on the current stream, plus the host clock at the same moments.
 
-    ``barrier`` (before each discrete iteration) flushes the L2 cache, unless it is kept warm on
-    request, and synchronizes. The flush buffer is sized from the device's own L2 size and
+    ``barrier`` (before each discrete iteration) synchronizes, then flushes the L2 cache unless
+    it is kept warm on request. The flush buffer is sized from the device's own L2 size and
     allocated once per run, outside every timed region; flushing writes it whole.
     """
 
@@ -31,6 +31,7 @@ class CudaEventClock:
         self._torch = torch
         self.device = torch.device(device)
         self._event = torch.cuda.Event
+        self._pool: list = []
         self._flush_buffer: Optional[Any] = None
         if flush_l2:
             l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
@@ -38,8 +39,14 @@ class CudaEventClock:
                                              device=self.device)
         self.barrier = self._barrier
 
+    def reserve(self, count: int) -> None:
+        """Create the events the next ``count`` stamps use, before the timed loop starts: an
+        event created inside the loop would delay the operator's launch."""
+        self._pool = [self._event(enable_timing=True) for _ in range(count)]
+        self._pool.reverse()
+
     def stamp(self) -> Any:
-        event = self._event(enable_timing=True)
+        event = self._pool.pop() if self._pool else self._event(enable_timing=True)
         event.record()
         return event, time.perf_counter_ns()
 
@@ -55,9 +62,13 @@ class CudaEventClock:
         self._torch.cuda.synchronize(self.device)
 
     def _barrier(self) -> None:
+        # Wait for the previous iteration, then queue the flush without waiting for it: the
+        # flush kernel keeps the GPU busy while the host records the start event and launches
+        # the operator, so the event pair times the operator's kernels rather than the host's
+        # launch latency (the approach of triton's do_bench).
+        self._torch.cuda.synchronize(self.device)
         if self._flush_buffer is not None:
             self._flush_buffer.zero_()
-        self._torch.cuda.synchronize(self.device)
 
 
 class Device:
@@ -85,8 +96,11 @@ class CudaDevice(Device):
         import torch
 
         self._torch = torch
-        torch.cuda.set_device(torch.device(name))
-        super().__init__(name, CudaEventClock(name, flush_l2))
+        device = torch.device(name)
+        if device.index is None:  # plain "cuda": the current device
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+        super().__init__(str(device), CudaEventClock(str(device), flush_l2))
 
     def reset_peak_memory(self) -> None:
         self._torch.cuda.reset_peak_memory_stats(self.clock.device)

@@ -25,3 +25,14 @@ ITEM_SIZE = {
 
 def is_differentiable(spec_dtype: str) -> bool:
     return DTYPE_NAMES.get(spec_dtype) in DIFFERENTIABLE
+
+
+#: ``layout`` arg values (spec name = torch attribute name).
+LAYOUT_NAMES = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+
+#: ``memory_format`` arg values (spec name = torch attribute name).
+MEMORY_FORMAT_NAMES = ("contiguous_format", "preserve_format", "channels_last",
+                       "channels_last_3d")
+
+#: Non-finite float/double arg values, written as strings (JSON numbers are finite).
+NON_FINITE_FLOATS = ("inf", "-inf", "nan")

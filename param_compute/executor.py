@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .annotations import Annotator, phase_range_name, run_range_name
+from .annotations import (Annotator, iteration_range_name, iteration_ranges, phase_range_name,
+                          run_range_name)
 from .data_generation import seed_for_run, seed_generators
 from .devices import open_device
 from .expansion import PlannedRun
@@ -98,7 +99,7 @@ class Executor:
         self.generators: Dict[str, Any] = {}
 
     def seed_run(self, run_key: str) -> None:
-        seed_generators(seed_for_run(self.options.seed, run_key))
+        seed_generators(seed_for_run(self.options.seed, run_key), self.options.device)
 
     def _generator(self, name: str):
         if name not in self.generators:
@@ -185,11 +186,15 @@ class Executor:
         """Warm-up then measurement of one pass, each in its own profiler range."""
         options, device, mode = self.options, self.device, self.options.exec_mode
         result = PassResult(pass_name, [], [])
+        measured = fn
+        if options.nvtx_iterations:  # the profiler child: one NVTX range per measured call
+            measured = iteration_ranges(fn, iteration_range_name(run.op_name, run.id, pass_name))
         for phase, count in (("warmup", options.warmup), ("measure", options.iteration)):
             host: List[float] = []
             with self.annotator.range(phase_range_name(run.op_name, run.id, phase, pass_name)):
                 device.reset_peak_memory()
-                times = time_calls(fn, count, device.clock, mode, prepare, host)
+                times = time_calls(measured if phase == "measure" else fn, count, device.clock,
+                                   mode, prepare, host)
                 calls = count
                 if phase == "measure" and options.min_time > 0:
                     calls = self._extend_to_min_time(fn, prepare, times, host, calls)

@@ -179,6 +179,7 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
     kwarg_builders = ({k: compile_data_spec(v, axes) for k, v in arg_spec_list["kwargs"].items()}
                       if "kwargs" in arg_spec_list else None)
     copies = _copy_steps(arg_spec_list)
+    count = arg_spec_list.get("count")  # a captured config's occurrences, for every combination
 
     def build(combo: tuple) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -186,6 +187,8 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
             out["args"] = [b(combo) for b in arg_builders]
         if kwarg_builders is not None:
             out["kwargs"] = {k: b(combo) for k, b in kwarg_builders.items()}
+        if count is not None:
+            out["count"] = count
         for section, where, attr, target, src_arg, src_elem in copies:
             out[section][where][attr][target] = out["args"][src_arg][attr][src_elem]
         return out

@@ -40,6 +40,8 @@ class RunOptions:
     #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
     isolate: bool = False
     timeout: Optional[float] = None
+    #: Put each measured iteration in its own NVTX range (the --ncu/--nsys profiler child only).
+    nvtx_iterations: bool = False
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").

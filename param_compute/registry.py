@@ -111,9 +111,26 @@ def _import_module_guarded(module_name: str, importer: Callable[[], Any]) -> Non
         log.debug("workload import failure", exc_info=True)
 
 
-def _load_builtin_workloads() -> None:
-    import param_compute.workloads as builtin
+def _builtin_workloads_package():
+    """``param_compute.workloads``; from a source checkout run without ``pip install``, the
+    repository's ``workloads/`` folder beside the package, registered under that name."""
+    try:
+        return importlib.import_module("param_compute.workloads")
+    except ModuleNotFoundError:
+        folder = Path(__file__).resolve().parent.parent / "workloads"
+        spec = importlib.util.spec_from_file_location(
+            "param_compute.workloads", folder / "__init__.py",
+            submodule_search_locations=[str(folder)])
+        if spec is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
 
+
+def _load_builtin_workloads() -> None:
+    builtin = _builtin_workloads_package()
     for info in pkgutil.walk_packages(builtin.__path__, prefix=builtin.__name__ + "."):
         if info.ispkg:
             continue

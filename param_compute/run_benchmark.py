@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write results to exactly this file")
     p.add_argument("-a", "--append", action="store_true",
                    help="append to the results file instead of overwriting it")
+    p.add_argument("--csv", type=Path, metavar="PATH",
+                   help="also write a CSV file: one row per run and pass")
+    p.add_argument("--oss-json", type=Path, metavar="PATH",
+                   help="also write the PyTorch OSS benchmark-database JSON format")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N (cost-balanced slice of the runs; under torchrun "
+                        "RANK/WORLD_SIZE choose it); results go to OUT.shardIofN.json")
     p.add_argument("-r", "--resume-id",
                    help="skip runs before this op_name|id; it and the runs after it run")
     p.add_argument("-s", "--stop-id", "--stop_id", dest="stop_id",
@@ -95,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="log level (DEBUG also prints tracebacks)")
     p.add_argument("-v", "--verbose", action="store_true", help="same as --log-level DEBUG")
+    from .nsight import add_arguments as add_nsight_arguments
+
+    add_nsight_arguments(p)  # --ncu, --nsys, --run-batch-size, ...
     return p
 
 
@@ -159,6 +169,8 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .profiling import profiled, trace_paths
     from .session import Toolchain
     from .sysinfo import sys_info
+    from .exporters import CsvExporter, OssJsonExporter
+    from .sharding import plan_shard, resolve_shard
     from .writers import JsonlResultWriter
 
     for directory in args.workloads_dir:
@@ -177,6 +189,12 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 0
     if args.config is None:
         parser.error("the following arguments are required: -c/--config")
+    shard = resolve_shard(args.shard)  # --shard I/N or torchrun: this process's slice
+    if shard is not None:  # its own device and files: out.json -> out.shard0of2.json
+        args.device = shard.device(args.device)
+        args.output = shard.path(args.output or _results_path(args, datetime.now()))
+        args.csv = args.csv and shard.path(args.csv)
+        args.oss_json = args.oss_json and shard.path(args.oss_json)
     options = RunOptions(device=args.device, warmup=args.warmup, iteration=args.iteration,
                          backward=args.backward, exec_mode=ExecMode(args.exec_mode),
                          num_threads=args.num_threads, seed=args.seed,
@@ -195,6 +213,9 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            "run in that file")
     if not options.dry_run:
         check_device(options.device)
+    from .nsight import BatchProfiler, settings_from_args
+
+    nsight = settings_from_args(args, options)  # --ncu/--nsys: binaries found before any run
     spec = toolchain.load(args.config)
     digest = spec_digest(args.config)
     resume = None
@@ -215,22 +236,37 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     header = {"run_options": run_options,
               "sys_info": sys_info(options.device, include_torch=True),
               "start_time": start.isoformat(timespec="seconds")}
+    run_filters = [resume.wants] if resume is not None else []
+    if shard is not None:
+        shard_plan = plan_shard(spec, toolchain.registries, options.device, shard)
+        header["shard"] = shard_plan.header()
+        run_filters.append(shard_plan.wants)
+        log.info("shard %d of %d (%s): %d of %d runs, %.0f%% of the estimated cost",
+                 shard.index, shard.count, shard.source, len(shard_plan.keys),
+                 shard_plan.total_runs, 100 * shard_plan.cost / (shard_plan.total_cost or 1))
     traces = {name: str(file) for name, file in trace_paths(path).items()
               if (name == "trace_file" and options.profile)
               or (name == "et_file" and options.execution_trace)}
     sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces,
                                resume=resume),
              ConsoleReporter(str(path), progress=False if args.no_progress else None)]
+    if args.csv is not None:
+        sinks.append(CsvExporter(args.csv))
+    if args.oss_json is not None:
+        sinks.append(OssJsonExporter(args.oss_json, header))
+    batches = None
+    if nsight is not None:  # before the writer: a batch's record precedes the next run's
+        batches = BatchProfiler(nsight, spec, options, path, sinks[0], toolchain.registries)
+        sinks.insert(0, batches)
     if resume is not None and resume.completed:
         log.info("resuming %s: %d runs already done%s", path, len(resume.completed),
                  ", dropping a torn last line" if resume.torn_line else "")
     GUARD.install()
     with profiled(path, options.profile, options.execution_trace, options.device) as written:
-        summary = toolchain.engine(spec, options, sinks,
-                                   [resume.wants] if resume is not None else []).run()
+        summary = toolchain.engine(spec, options, sinks, run_filters).run()
     for name, file in written.items():
         log.info("%s: %s", name.replace("_", " "), file)
-    return summary.exit_status
+    return batches.exit_status(summary) if batches is not None else summary.exit_status
 
 
 if __name__ == "__main__":

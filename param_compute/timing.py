@@ -6,7 +6,8 @@ A clock is a narrow seam with four members:
 * ``elapsed_ms(start, end)`` turns two stamps into milliseconds (after ``synchronize``);
 * ``barrier`` is ``None`` or a callable run before each discrete iteration, outside the timed
   region (CUDA: synchronize and flush the L2 cache);
-* ``synchronize()`` waits for queued work (host: nothing).
+* ``synchronize()`` waits for queued work (host: nothing);
+* optionally ``reserve(n)``: prepare the next ``n`` stamps before the loop (CUDA: create events).
 
 Modes: ``discrete`` times each iteration alone (barrier before each); ``continuous`` times the
 back-to-back loop as a whole and reports the mean per call (PARAM's layout: one value);
@@ -56,6 +57,9 @@ def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
     """
     if count <= 0:
         return []
+    reserve = getattr(clock, "reserve", None)
+    if reserve is not None:
+        reserve(2 if mode is ExecMode.CONTINUOUS else 2 * count)
     stamp = clock.stamp
     if mode is ExecMode.CONTINUOUS:
         if prepare is not None:

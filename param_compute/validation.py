@@ -6,17 +6,21 @@ raised together as one ``SpecError``. The result is a typed ``BenchmarkSpec``.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .dtypes import DTYPE_NAMES, is_differentiable
+from .dtypes import (DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES, NON_FINITE_FLOATS,
+                     is_differentiable)
 from .errors import Problem, SpecError, did_you_mean, format_json_path
-from .expansion import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR, MACRO_KEYS,
-                        RANGE_ITERATOR, full_range, has_macros)
+from .expansion import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR, DUMMY_ITERATOR,
+                        MACRO_KEYS, RANGE_ITERATOR, count_runs, has_macros, plan_runs)
+from .spec_loader import json_value_problems
 
 log = logging.getLogger("param_compute")
 
@@ -26,6 +30,16 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "spec.schema.json"
 MAX_RUNS_PER_VARIANT = 10**12
 #: Expansion holds each range's values in memory: one range (or list) may have at most this many.
 MAX_VALUES_PER_AXIS = 10**6
+#: Operators in one spec (PARAM's specs have a handful; torch and aten have a few thousand).
+MAX_OPERATORS = 10_000
+#: Validation stops after this many problems (a hostile spec may have millions), saying so.
+MAX_PROBLEMS = 100
+#: Distinct data specs whose schema problems are remembered between validations: sweeps and
+#: captured workloads repeat the same few, and schema checks dominate validation time.
+_DATA_SPEC_CACHE_SIZE = 8192
+_DATA_SPEC_CACHE_KEY_LIMIT = 4096
+#: Runs of each config entry a custom (plugin) iterator is asked to expand during validation.
+CUSTOM_ITERATOR_PROBE = 1000
 
 
 @dataclass(frozen=True)
@@ -65,11 +79,150 @@ def load_schema() -> Dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-@lru_cache(maxsize=1)
-def _schema_validator():
+def _canonical(value: Any) -> Any:
+    """A hashable form of a JSON value under JSON Schema equality (1 == 1.0, true != 1)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return (type(value).__name__, value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("other", id(value))
+
+
+def _unique_items(validator, unique, instance, schema):
+    """``uniqueItems`` in linear time: jsonschema's own falls back to comparing every pair when
+    the items are objects, which a hostile spec can make take hours."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
     import jsonschema
 
-    return jsonschema.Draft202012Validator(load_schema())
+    seen = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield jsonschema.ValidationError(f"items must be unique: {_short(item)} appears more "
+                                             "than once")
+            return
+        seen.add(key)
+
+
+def _is_json_integer(_checker, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validator_class():
+    """Draft 2020-12, with two changes: ``uniqueItems`` in linear time, and ``integer`` meaning
+    an integer literal. JSON Schema counts 1.0 as an integer, but a spec's integers are indices
+    and sizes that Python takes only as ints (``__copy__: [{"shape": [0, [0, 1.0]]}]`` passed
+    the schema and failed in expansion)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    return jsonschema.validators.extend(
+        base, {"uniqueItems": _unique_items},
+        type_checker=base.TYPE_CHECKER.redefine("integer", _is_json_integer))
+
+
+@lru_cache(maxsize=1)
+def _schema_validator():
+    return _validator_class()(load_schema())
+
+
+_DATA_SPEC_REF = {"$ref": "#/$defs/data_spec"}
+
+
+@lru_cache(maxsize=1)
+def _split_validators():
+    """(validator of a spec without its data specs, validator of one data spec), or None if the
+    schema does not have the expected shape (then the whole schema checks the whole spec).
+
+    Data specs are checked one distinct spec at a time, remembered by their JSON text: the same
+    problems at a different path. This is what keeps validating a large sweep fast.
+    """
+    schema = load_schema()
+    try:
+        properties = schema["$defs"]["arg_spec_list"]["properties"]
+        if (properties["args"]["items"] != _DATA_SPEC_REF
+                or properties["kwargs"]["additionalProperties"] != _DATA_SPEC_REF
+                or "data_spec" not in schema["$defs"]):
+            return None
+    except (KeyError, TypeError):
+        return None
+    outer = copy.deepcopy(schema)
+    outer_properties = outer["$defs"]["arg_spec_list"]["properties"]
+    outer_properties["args"]["items"] = True
+    outer_properties["kwargs"]["additionalProperties"] = True
+    inner = {key: value for key, value in schema.items()
+             if key in ("$schema", "$id", "$defs")}
+    inner.update(_DATA_SPEC_REF)
+    cls = _validator_class()
+    return cls(outer), cls(inner)
+
+
+def _data_spec_locations(raw: Any):
+    """(data spec, path) of every place the schema checks against ``#/$defs/data_spec``:
+    the items of ``args`` and the values of ``kwargs`` of every arg-spec-list reached through
+    values of the expected types (where a type is wrong the schema does not descend either)."""
+    if not isinstance(raw, dict):
+        return
+    for name, op in raw.items():
+        configs = op.get("config") if isinstance(op, dict) else None
+        if not isinstance(configs, list):
+            continue
+        for index, entry in enumerate(configs):
+            if not isinstance(entry, dict):
+                continue
+            for section in ("build", "input"):
+                lists = entry.get(section)
+                if not isinstance(lists, list):
+                    continue
+                for list_index, asl in enumerate(lists):
+                    if not isinstance(asl, dict):
+                        continue
+                    where = (name, "config", index, section, list_index)
+                    args, kwargs = asl.get("args"), asl.get("kwargs")
+                    if isinstance(args, list):
+                        for i, spec in enumerate(args):
+                            yield spec, where + ("args", i)
+                    if isinstance(kwargs, dict):
+                        for key, spec in kwargs.items():
+                            yield spec, where + ("kwargs", key)
+
+
+_data_spec_cache: Dict[str, Tuple[Problem, ...]] = {}
+
+
+def _data_spec_problems(validator, spec: Any) -> Tuple[Problem, ...]:
+    """Schema problems of one data spec, at paths relative to it (remembered by its text)."""
+    key = json.dumps(spec)
+    cached = _data_spec_cache.get(key)
+    if cached is not None:
+        return cached
+    problems = tuple(problem for error in validator.iter_errors(spec)
+                     for problem in _schema_problems(error))
+    if len(key) <= _DATA_SPEC_CACHE_KEY_LIMIT:
+        if len(_data_spec_cache) >= _DATA_SPEC_CACHE_SIZE:
+            _data_spec_cache.clear()
+        _data_spec_cache[key] = problems
+    return problems
+
+
+def schema_problems(raw: Any):
+    """Every JSON Schema problem of a spec, said for a person (lazily, in a stable order)."""
+    split = _split_validators()
+    if split is None:
+        for error in _schema_validator().iter_errors(raw):
+            yield from _schema_problems(error)
+        return
+    outer, inner = split
+    for error in outer.iter_errors(raw):
+        yield from _schema_problems(error)
+    for spec, path in _data_spec_locations(raw):
+        for problem in _data_spec_problems(inner, spec):
+            yield Problem(path + problem.path, problem.message, problem.hint)
 
 
 def _json_type(value: Any) -> str:
@@ -88,8 +241,27 @@ def _json_type(value: Any) -> str:
     return "object"
 
 
+def _printable(text: str, limit: int = 300) -> str:
+    """Text from elsewhere (an exception message) made safe to print: short, escapes shown."""
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    """A value as a short snippet of JSON (a string as its repr), at a cost bounded by ``limit``
+    whatever the size of the value."""
+    if isinstance(value, str):
+        text = repr(value[:limit])
+    else:
+        text = ""
+        encoder = json.JSONEncoder(default=lambda o: f"<{type(o).__name__}>")
+        try:
+            for chunk in encoder.iterencode(value):  # lazy: stops as soon as there is enough
+                text += chunk
+                if len(text) > limit:
+                    break
+        except (ValueError, TypeError, RecursionError):
+            text = text or f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -138,7 +310,8 @@ def _schema_problem(error) -> Problem:
         return Problem(path, "must not be empty")
     if custom:
         return Problem(path, f"{custom}, got {_short(error.instance)}")
-    return Problem(path, error.message)
+    message = error.message  # jsonschema's own words may quote the whole instance
+    return Problem(path, message if len(message) <= 200 else message[:197] + "...")
 
 
 def _is_int(value: Any) -> bool:
@@ -147,6 +320,12 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_device(value: Any) -> bool:
+    kind = value.split(":", 1)[0] if isinstance(value, str) else None
+    index = value.split(":", 1)[1] if isinstance(value, str) and ":" in value else "0"
+    return kind in ("cpu", "cuda", "meta", "mps", "xpu") and index.isdigit()
 
 
 def _dtype_hint(value: Any) -> str:
@@ -189,6 +368,10 @@ class _Section:
         return self.iterator not in (RANGE_ITERATOR, DEFAULT_ITERATOR, "DummyConfigIterator")
 
 
+class _TooManyProblems(Exception):
+    """Raised when MAX_PROBLEMS problems are known: the rest of the spec is not checked."""
+
+
 class SpecValidator:
     """Checks one parsed spec; ``validate`` returns a BenchmarkSpec or raises SpecError."""
 
@@ -203,16 +386,30 @@ class SpecValidator:
 
     # -- entry point ------------------------------------------------------------------------
     def validate(self, raw: Any) -> BenchmarkSpec:
-        schema_errors = [problem for error in _schema_validator().iter_errors(raw)
-                         for problem in _schema_problems(error)]
-        self.problems.extend(schema_errors)
-        bad_paths = [p.path for p in schema_errors]
+        # Values JSON can't hold or the engine can't use (and size and depth) come first: every
+        # later check may then assume plain, bounded JSON.
+        value_problems = json_value_problems(raw)
+        if value_problems:
+            raise SpecError(self.source, value_problems)
+        if isinstance(raw, dict) and len(raw) > MAX_OPERATORS:
+            raise SpecError(self.source, [Problem((), f"spec has {len(raw)} operators, over the "
+                                                      f"{MAX_OPERATORS} limit",
+                                                  "split it into several spec files")])
         operators = []
-        if isinstance(raw, dict):
-            for name, op in raw.items():
-                operator = self._check_operator(name, op, bad_paths)
-                if operator is not None:
-                    operators.append(operator)
+        try:
+            schema_errors = list(itertools.islice(schema_problems(raw), MAX_PROBLEMS))
+            self.problems.extend(schema_errors)
+            if len(self.problems) >= MAX_PROBLEMS:
+                raise _TooManyProblems
+            bad_paths = [p.path for p in schema_errors]
+            if isinstance(raw, dict):
+                for name, op in raw.items():
+                    operator = self._check_operator(name, op, bad_paths)
+                    if operator is not None:
+                        operators.append(operator)
+        except _TooManyProblems:
+            self.problems = _dedupe(self.problems)[:MAX_PROBLEMS] + [Problem(
+                (), f"validation stopped after {MAX_PROBLEMS} problems", "fix these first")]
         if self.problems:
             raise SpecError(self.source, _dedupe(self.problems))
         for warning in self.warnings:
@@ -221,6 +418,8 @@ class SpecValidator:
 
     def problem(self, path: Sequence[Any], message: str, hint: Optional[str] = None) -> None:
         self.problems.append(Problem(tuple(path), message, hint))
+        if len(self.problems) >= MAX_PROBLEMS:
+            raise _TooManyProblems
 
     def warn(self, path: Sequence[Any], message: str) -> None:
         self.warnings.append(f"{format_json_path(path)}: {message}")
@@ -234,6 +433,7 @@ class SpecValidator:
     def _check_operator(self, name: str, op: Any, bad_paths) -> Optional[OperatorSpec]:
         if not isinstance(op, dict):
             return None
+        known_problems = len(self.problems)
         path = (name,)
         resolution = self.resolve(name)
         if not resolution.ok:
@@ -260,9 +460,34 @@ class SpecValidator:
             entry_path = path + ("config", index)
             if isinstance(entry, dict) and not _under(entry_path, bad_paths):
                 self._check_config_entry(entry, entry_path, names, resolution, bad_paths)
-        return OperatorSpec(name, names["build_iterator"], names["input_iterator"],
-                            names["build_data_generator"], names["input_data_generator"],
-                            tuple(configs))
+        operator = OperatorSpec(name, names["build_iterator"], names["input_iterator"],
+                                names["build_data_generator"], names["input_data_generator"],
+                                tuple(configs))
+        if len(self.problems) == known_problems:
+            self._probe_custom_iterators(operator, path)
+        return operator
+
+    def _probe_custom_iterators(self, operator: OperatorSpec, path) -> None:
+        """A registered custom iterator gives configs its own meaning, so only running it can
+        tell whether it accepts them: count and expand each config entry's first runs, and
+        report what it raises as a problem of that entry (not as an engine error mid-run)."""
+        builtin = (RANGE_ITERATOR, DEFAULT_ITERATOR, DUMMY_ITERATOR)
+        custom = [key for key in ("build_iterator", "input_iterator")
+                  if getattr(operator, key) not in builtin]
+        if not custom:
+            return
+        iterators = self.registries.config_iterators
+        for index, entry in enumerate(operator.configs):
+            single = BenchmarkSpec(self.source, (replace(operator, configs=(entry,)),))
+            try:
+                count_runs(single, iterators)
+                for _ in itertools.islice(plan_runs(single, iterators), CUSTOM_ITERATOR_PROBE):
+                    pass
+            except Exception as exc:  # plugin code: whatever it raises means "not this config"
+                names = " / ".join(getattr(operator, key) for key in custom)
+                self.problem(path + ("config", index),
+                             f"{names} cannot expand this config: {type(exc).__name__}: "
+                             f"{_printable(str(exc))}")
 
     def _check_config_entry(self, entry, path, names, resolution: Resolution, bad_paths) -> None:
         for section_key in ("build", "input"):
@@ -338,7 +563,8 @@ class SpecValidator:
                     "double": self._check_float, "bool": self._check_bool,
                     "str": self._check_str, "device": self._check_device,
                     "dtype": self._check_dtype_value, "genericlist": self._check_list,
-                    "tuple": self._check_list}
+                    "tuple": self._check_list, "layout": self._check_layout,
+                    "memory_format": self._check_memory_format}
         checker = checkers.get(arg_type)
         if checker:
             checker(spec, path, section, "value" in ranged or "value" in listed)
@@ -427,6 +653,21 @@ class SpecValidator:
                 self._check_shape(alternative, path + ("shape", i), spec, False)
         elif isinstance(shape, list):
             self._check_shape(shape, path + ("shape",), spec, "shape" in ranged)
+        self._check_tensor_layout(spec, path, shape if "shape" not in ranged else None)
+
+    def _check_tensor_layout(self, spec, path, shape) -> None:
+        """``stride`` (one per dim), ``storage_offset`` and a fixed ``device`` of a tensor."""
+        stride = spec.get("stride")
+        if isinstance(stride, list) and isinstance(shape, list) and len(stride) != len(shape):
+            self.problem(path + ("stride",), f"stride has {len(stride)} entries but the shape "
+                                             f"has {len(shape)} dims", "give one stride per dim")
+        if isinstance(stride, list):
+            for i, step in enumerate(stride):
+                if _is_int(step) and step < 0:
+                    self.problem(path + ("stride", i), f"strides must be >= 0, got {step}")
+        if "device" in spec and not _is_device(spec["device"]):
+            self.problem(path + ("device",), f"not a device: {_short(spec['device'])}",
+                         'write "cpu", "cuda" or "cuda:N"')
 
     def _check_shape(self, shape, path, spec, ranged: bool) -> None:
         if not isinstance(shape, list):
@@ -491,7 +732,9 @@ class SpecValidator:
         return check
 
     def _check_float(self, spec, path, section, varies) -> None:
-        self._choices(spec, path, "value", varies, self._typed(_is_number, "a number"))
+        self._choices(spec, path, "value", varies,
+                      self._typed(lambda v: _is_number(v) or v in NON_FINITE_FLOATS,
+                                  'a number (or "inf", "-inf", "nan")'))
 
     def _check_bool(self, spec, path, section, varies) -> None:
         self._choices(spec, path, "value", varies,
@@ -503,9 +746,7 @@ class SpecValidator:
 
     def _check_device(self, spec, path, section, varies) -> None:
         def check(value, where):
-            kind = value.split(":", 1)[0] if isinstance(value, str) else None
-            index = value.split(":", 1)[1] if isinstance(value, str) and ":" in value else "0"
-            if kind not in ("cpu", "cuda", "meta", "mps", "xpu") or not index.isdigit():
+            if not _is_device(value):
                 self.problem(where, f"not a device: {_short(value)}",
                              'write "cpu", "cuda" or "cuda:N"')
 
@@ -517,6 +758,21 @@ class SpecValidator:
                 self.problem(where, f"unknown dtype {_short(value)}", _dtype_hint(value))
 
         self._choices(spec, path, "value", varies, check)
+
+    def _named_value(self, names: Sequence[str], kind: str):
+        def check(value, where):
+            if value not in names:
+                self.problem(where, f"unknown {kind} {_short(value)}",
+                             (did_you_mean(value, names) if isinstance(value, str) else None)
+                             or f"known: {', '.join(names)}")
+        return check
+
+    def _check_layout(self, spec, path, section, varies) -> None:
+        self._choices(spec, path, "value", varies, self._named_value(LAYOUT_NAMES, "layout"))
+
+    def _check_memory_format(self, spec, path, section, varies) -> None:
+        self._choices(spec, path, "value", varies,
+                      self._named_value(MEMORY_FORMAT_NAMES, "memory format"))
 
     def _check_list(self, spec, path, section, varies) -> None:
         items = spec.get("value")
@@ -534,30 +790,54 @@ class SpecValidator:
             self._check_data_spec(item, path + ("value", i), section, copy_allowed=False)
 
     def _check_copies(self, spec, path, section: _Section) -> None:
+        """Each copy reads and writes list elements that exist in every combination: the target
+        and the source attribute must be lists once expanded (a constant list, a shape with ranged
+        dims, a ranged genericlist/tuple, or every alternative of a listed attribute), long
+        enough for the indices."""
         args = section.args
         for i, entry in enumerate(spec.get(ATTR_COPY) or []):
             for attr, mapping in entry.items():
                 where = path + (ATTR_COPY, i, attr)
                 target, (src_arg, src_elem) = mapping
-                own = spec.get(attr)
-                if not isinstance(own, list):
+                own = _expanded_lists(spec, attr)
+                if own is None:
                     self.problem(where, f"copies into {attr!r}, which this arg does not have as "
-                                        "a list")
+                                        "a list" + (" in every combination" if attr in spec
+                                                    else ""))
                     continue
-                if target >= len(own):
+                shortest = min(map(len, own))
+                if target >= shortest:
                     self.problem(where + (0,), f"target index {target} is out of range: "
-                                               f"{attr!r} has {len(own)} elements")
+                                               f"{attr!r} has {shortest} elements")
                 if src_arg >= len(args):
                     self.problem(where + (1, 0), f"source arg index {src_arg} is out of range: "
                                                  f"there are {len(args)} args")
                     continue
-                source = args[src_arg].get(attr) if isinstance(args[src_arg], dict) else None
-                if not isinstance(source, list):
-                    self.problem(where + (1, 0), f"source arg {src_arg} has no list {attr!r}")
-                elif src_elem >= len(source):
+                source = (_expanded_lists(args[src_arg], attr)
+                          if isinstance(args[src_arg], dict) else None)
+                if source is None:
+                    self.problem(where + (1, 0), f"source arg {src_arg} has no list {attr!r}"
+                                 + (" in every combination" if isinstance(args[src_arg], dict)
+                                    and attr in args[src_arg] else ""))
+                    continue
+                shortest = min(map(len, source))
+                if src_elem >= shortest:
                     self.problem(where + (1, 1), f"source element index {src_elem} is out of "
                                                  f"range: arg {src_arg}'s {attr!r} has "
-                                                 f"{len(source)} elements")
+                                                 f"{shortest} elements")
+
+
+def _expanded_lists(spec: Dict[str, Any], attr: str) -> Optional[List[list]]:
+    """The lists ``spec[attr]`` can be once expanded (one per alternative), or None if in some
+    combination it is no list (a ranged int value or dtype is one value; so is a listed scalar)."""
+    value = spec.get(attr)
+    if attr in (spec.get(ATTR_LIST) or []):
+        forms = value if isinstance(value, list) else []
+        return forms if forms and all(isinstance(form, list) for form in forms) else None
+    if attr in (spec.get(ATTR_RANGE) or []) and not (
+            attr == "shape" or (attr == "value" and spec.get("type") in ("genericlist", "tuple"))):
+        return None  # ranged dims keep a shape's length; a ranged list keeps its items
+    return [value] if isinstance(value, list) else None
 
 
 def _variant_axes(asl: Dict[str, Any], path: tuple):
@@ -576,13 +856,20 @@ def _variant_axes(asl: Dict[str, Any], path: tuple):
             elif key == "shape":
                 for i, dim in enumerate(value):
                     if isinstance(dim, list):
-                        yield where + (key, i), len(full_range(dim))
+                        yield where + (key, i), _range_length(dim)
             elif key == "value" and spec.get("type") in ("int", "long"):
-                yield where + (key,), len(full_range(value))
+                yield where + (key,), _range_length(value)
             elif key == "value" and spec.get("type") in ("genericlist", "tuple"):
                 specs.extend((item, where + (key, i)) for i, item in enumerate(value))
             else:
                 yield where + (key,), len(value)
+
+
+def _range_length(bounds: List[int]) -> int:
+    """``len(expansion.full_range(bounds))`` by arithmetic: ``len(range)`` overflows past
+    ``sys.maxsize``, which int64 bounds reach."""
+    step = bounds[2] if len(bounds) > 2 else 1
+    return max(0, (bounds[1] - bounds[0]) // step + 1)
 
 
 def _under(path: tuple, bad_paths) -> bool:

@@ -86,6 +86,10 @@ class JsonlResultWriter:
         if record is not None:
             self._write(record.to_json(), flush=record.status != STATUS_DRY_RUN)
 
+    def write_line(self, value: Dict[str, Any]) -> None:
+        """One extra line between run records (a profiler batch record...), whole and flushed."""
+        self._write(value)
+
     def finish(self, summary: RunSummary) -> None:
         last = {"finish_time": now_iso(), "runs_ok": summary.ok,
                 "runs_failed": len(summary.failed), "runs_dry": summary.dry_run}

@@ -47,7 +47,7 @@ CASES: Dict[str, Case] = {
     "config_not_a_list.json": Case("torch.mm.config", "expected array, got object"),
     "args_not_a_list.json": Case("torch.mm.config[0].input[0].args", "expected array, got object"),
     "data_spec_in_input_list.json": Case("torch.relu.config[0].input[0].type",
-                                         "unknown key 'type' (allowed keys: args, kwargs)", 3),
+                                         "unknown key 'type' (allowed keys: args, kwargs, count)", 3),
     "missing_type.json": Case("torch.add.config[0].input[0].args[1]",
                               "missing required key 'type'"),
     "unknown_arg_type.json": Case("args[1].type", "unknown type 'Tensor' (did you mean 'tensor'?)"),

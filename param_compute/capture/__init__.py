@@ -1,0 +1,27 @@
+"""Capture production op configs and replay them with ``run_benchmark``.
+
+From a PyTorch execution trace:
+
+    python -m param_compute.capture --from-et trace.json -o spec.json [--skip-views]
+
+Live, around any code (forward and backward):
+
+    with param_compute.capture.capture_ops() as cap:
+        loss = model(x)
+        loss.backward()
+    cap.write("spec.json")
+
+or ``python -m param_compute.capture --run module:function -o spec.json``.
+
+Either way the spec has one entry per aten op in PARAM's ``aten::`` + schema-string form, one
+input config per distinct argument signature with the number of occurrences as ``count``
+(carried into each run's record), and a ``NAME.capture.json`` report beside it listing every
+call that was not captured, with the reason.
+"""
+
+from .execution_trace import capture_execution_trace, read_execution_trace
+from .live import LiveCapture, capture_ops
+from .workload import CapturedWorkload, SkippedOp, Unreplayable, report_path
+
+__all__ = ["CapturedWorkload", "LiveCapture", "SkippedOp", "Unreplayable",
+           "capture_execution_trace", "capture_ops", "read_execution_trace", "report_path"]

@@ -1,0 +1,70 @@
+"""Live capture: a ``TorchDispatchMode`` recording the aten calls of whatever runs inside it.
+
+    with param_compute.capture.capture_ops() as cap:
+        loss = model(x)
+        loss.backward()
+    cap.write("spec.json")
+
+The mode sits below autograd, so it sees the aten ops forward and backward actually dispatch
+(composite ops already decomposed, ``aten::linear`` as ``aten::t`` + ``aten::addmm``), each once:
+an op a kernel calls internally runs with the mode off and is not recorded again. Argument specs
+are taken before the call (an in-place op or ``resize_`` changes its inputs), and integer
+tensors record the actual min and max of their values, so replayed indices stay in range.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .schema_args import split_name
+from .values import live_spec
+from .workload import CapturedWorkload, Unreplayable
+
+
+class LiveCapture(TorchDispatchMode):
+    """Records every aten call made while active; ``spec()``/``write()`` give the workload."""
+
+    def __init__(self, skip_views: bool = False, source: str = "live capture"):
+        super().__init__()
+        self.workload = CapturedWorkload(source, skip_views)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self._record(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _record(self, func, args, kwargs: Dict[str, Any]) -> None:
+        schema = str(func._schema)
+        try:
+            arg_specs = [live_spec(value) for value in args]
+            kwarg_specs = {name: live_spec(value) for name, value in kwargs.items()}
+        except Exception as exc:  # recording never breaks the model it watches
+            reason = str(exc) if isinstance(exc, Unreplayable) else \
+                f"capture failed: {type(exc).__name__}: {exc}"
+            namespace, base, overload = split_name(schema)
+            self.workload.skip(f"{namespace}::{base}"
+                               + ("" if overload == "default" else f".{overload}"), reason)
+            return
+        self.workload.add(schema, arg_specs, kwarg_specs)
+
+    # -- the workload ------------------------------------------------------------------------
+    def spec(self) -> Dict[str, Any]:
+        return self.workload.spec()
+
+    def report(self) -> Dict[str, Any]:
+        return self.workload.report()
+
+    def write(self, path):
+        """Write the spec to ``path`` and the capture report to ``NAME.capture.json``."""
+        return self.workload.write(path)
+
+    @property
+    def skipped(self):
+        return self.workload.skipped
+
+
+def capture_ops(skip_views: bool = False, source: Optional[str] = None) -> LiveCapture:
+    """A context manager capturing the aten calls made inside it (forward and backward)."""
+    return LiveCapture(skip_views, source or "live capture")

@@ -1,0 +1,259 @@
+"""A captured workload: aten calls folded into a spec, one input config per distinct signature.
+
+Both capture paths (an execution trace, a live ``TorchDispatchMode``) turn each operator call
+into ``(schema, args, kwargs)`` of data specs and hand it to ``CapturedWorkload.add``. Calls
+with the same schema and the same argument specs share one config whose ``count`` says how often
+it occurred; integer tensors' value ranges are merged across such calls (widened), never split
+into configs of their own. A call that cannot be replayed is kept as a skip with its reason.
+
+The spec has PARAM's ``aten_ops.json`` form: one entry per aten op (``aten::add``), one config per
+overload with its schema string as the build arg, input arg-spec-lists carrying ``count``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from ..resolution import REFUSED_ATEN_NAMES
+from ..validation import DEFAULT_DATA_GENERATOR
+from .index_rules import index_rules
+from .schema_args import is_view_op, schema_arguments, split_name
+VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
+
+
+class Unreplayable(Exception):
+    """An operator call a replay cannot recreate; the message says why."""
+
+
+@dataclass
+class SkippedOp:
+    op: str
+    reason: str
+    count: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"op": self.op, "reason": self.reason, "count": self.count}
+
+
+@lru_cache(maxsize=4096)
+def _overload_problem(base: str, overload: str) -> Optional[str]:
+    import torch
+
+    try:
+        packet = getattr(torch.ops.aten, base)
+    except (AttributeError, RuntimeError):
+        return f"aten::{base} does not exist in this torch build ({torch.__version__})"
+    if overload not in packet.overloads():
+        return f"aten::{base} has no overload {overload!r} in this torch build"
+    return None
+
+
+def _walk_tensors(value: Any) -> Iterator[Dict[str, Any]]:
+    if isinstance(value, dict):
+        if value.get("type") == "tensor":
+            yield value
+        elif value.get("type") in ("genericlist", "tuple"):
+            for item in value.get("value") or []:
+                yield from _walk_tensors(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk_tensors(item)
+
+
+def _without_ranges(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_ranges(v) for k, v in value.items() if k != "value_range"}
+    if isinstance(value, list):
+        return [_without_ranges(v) for v in value]
+    return value
+
+
+def _widen(into: Any, new: Any) -> None:
+    """Widen ``into``'s tensor value ranges to cover ``new``'s (same structure otherwise)."""
+    if isinstance(into, dict) and isinstance(new, dict):
+        if "value_range" in into and "value_range" in new:
+            into["value_range"] = [min(into["value_range"][0], new["value_range"][0]),
+                                   max(into["value_range"][1], new["value_range"][1])]
+        elif "value_range" in new:
+            into["value_range"] = list(new["value_range"])
+        for key, value in into.items():
+            if key != "value_range" and key in new:
+                _widen(value, new[key])
+    elif isinstance(into, list) and isinstance(new, list):
+        for a, b in zip(into, new):
+            _widen(a, b)
+
+
+class CapturedWorkload:
+    """Aten calls of one captured step, folded into configs with counts."""
+
+    def __init__(self, source: str, skip_views: bool = False):
+        self.source = source
+        self.skip_views = skip_views
+        self.calls = 0  # every call handed to add() or skip()
+        self.views_dropped = 0
+        # base op -> schema -> signature key -> {"args", "kwargs", "count"}
+        self._ops: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
+        self._skipped: Dict[Tuple[str, str], SkippedOp] = {}
+
+    # -- collecting --------------------------------------------------------------------------
+    def skip(self, op: str, reason: str, count: int = 1, counted: bool = False) -> None:
+        if not counted:
+            self.calls += count
+        key = (op, reason)
+        if key not in self._skipped:
+            self._skipped[key] = SkippedOp(op, reason)
+        self._skipped[key].count += count
+
+    def add(self, schema: str, args: List[Dict[str, Any]],
+            kwargs: Optional[Dict[str, Dict[str, Any]]] = None) -> bool:
+        """Record one call; False when it was skipped (the reason is kept) or dropped as a view."""
+        self.calls += 1
+        try:
+            return self._add(schema, args, dict(kwargs or {}))
+        except Exception as exc:  # a capture bug must not end the capture: keep it as a skip
+            self.skip(schema.split("(", 1)[0], f"capture failed: {type(exc).__name__}: {exc}",
+                      counted=True)
+            return False
+
+    def _add(self, schema: str, args: List[Dict[str, Any]], kwargs: Dict[str, Any]) -> bool:
+        namespace, base, overload = split_name(schema)
+        op = f"{namespace}::{base}" + ("" if overload == "default" else f".{overload}")
+        reason = self._refusal(namespace, base, overload)
+        if reason:
+            self.skip(op, reason, counted=True)
+            return False
+        if self.skip_views and is_view_op(schema):
+            self.views_dropped += 1
+            return False
+        arguments = schema_arguments(schema)
+        named = {a.name: spec for a, spec in zip([a for a in arguments if not a.kwarg_only],
+                                                  args)}
+        named.update(kwargs)
+        try:
+            reason = index_rules(base, named)
+        except Exception as exc:  # an odd recorded shape must not end the capture
+            reason = f"index ranges could not be derived: {type(exc).__name__}: {exc}"
+        if reason:
+            self.skip(op, reason, counted=True)
+            return False
+        if not any(a.name == "storage_offset" for a in arguments):
+            # Where a view starts in its storage only matters to ops addressing storage
+            # directly (as_strided); elsewhere it would split configs for nothing.
+            for tensor in _walk_tensors(args + list(kwargs.values())):
+                tensor.pop("storage_offset", None)
+        signature = {"args": args, "kwargs": kwargs}
+        key = json.dumps(_without_ranges(signature), sort_keys=True)
+        bucket = self._ops.setdefault(base, {}).setdefault(schema, {})
+        entry = bucket.get(key)
+        if entry is None:
+            bucket[key] = {"args": copy.deepcopy(args), "kwargs": copy.deepcopy(kwargs),
+                           "count": 1}
+        else:
+            entry["count"] += 1
+            _widen(entry["args"], args)
+            _widen(entry["kwargs"], kwargs)
+        return True
+
+    @staticmethod
+    def _refusal(namespace: str, base: str, overload: str) -> Optional[str]:
+        if namespace != "aten":
+            return (f"not an aten operator ({namespace}::): only aten ops replay through "
+                    "torch.ops.aten")
+        if base.startswith("__") or base in REFUSED_ATEN_NAMES:
+            return "refused by the spec resolver (dunder name, file access or process state)"
+        return _overload_problem(base, overload)
+
+    # -- results -----------------------------------------------------------------------------
+    @property
+    def skipped(self) -> List[SkippedOp]:
+        return list(self._skipped.values())
+
+    @property
+    def configs(self) -> int:
+        return sum(len(bucket) for schemas in self._ops.values() for bucket in schemas.values())
+
+    @property
+    def captured_calls(self) -> int:
+        return sum(entry["count"] for schemas in self._ops.values()
+                   for bucket in schemas.values() for entry in bucket.values())
+
+    def main_device(self) -> str:
+        """The device most captured tensors live on; only tensors elsewhere keep a ``device``."""
+        devices: Counter = Counter()
+        for schemas in self._ops.values():
+            for bucket in schemas.values():
+                for entry in bucket.values():
+                    for tensor in _walk_tensors(entry["args"] + list(entry["kwargs"].values())):
+                        devices[tensor.get("device", "cpu")] += entry["count"]
+        return devices.most_common(1)[0][0] if devices else "cpu"
+
+    def spec(self) -> Dict[str, Any]:
+        """The spec: ``{"aten::op": {generators, "config": [per overload]}}``."""
+        main = self.main_device()
+        out: Dict[str, Any] = {}
+        for base, schemas in self._ops.items():
+            configs = []
+            for schema, bucket in schemas.items():
+                inputs = []
+                for entry in bucket.values():
+                    arg_spec_list: Dict[str, Any] = {"args": copy.deepcopy(entry["args"])}
+                    if entry["kwargs"]:
+                        arg_spec_list["kwargs"] = copy.deepcopy(entry["kwargs"])
+                    for tensor in _walk_tensors(list(arg_spec_list.get("kwargs", {}).values())
+                                                + arg_spec_list["args"]):
+                        if tensor.get("device") == main:
+                            del tensor["device"]
+                    arg_spec_list["count"] = entry["count"]
+                    inputs.append(arg_spec_list)
+                configs.append({"build": [{"args": [{"type": "str", "value": schema}]}],
+                                "input": inputs})
+            out[f"aten::{base}"] = {"build_data_generator": DEFAULT_DATA_GENERATOR,
+                                    "input_data_generator": DEFAULT_DATA_GENERATOR,
+                                    "config": configs}
+        return out
+
+    def report(self) -> Dict[str, Any]:
+        """What was captured and what was not, with reasons (the ``.capture.json`` sidecar)."""
+        skipped = sorted(self.skipped, key=lambda s: -s.count)
+        return {
+            "source": self.source,
+            "calls": self.calls,
+            "captured_calls": self.captured_calls,
+            "operators": len(self._ops),
+            "configs": self.configs,
+            "skip_views": self.skip_views,
+            "views_dropped": self.views_dropped,
+            "skipped_calls": sum(s.count for s in skipped),
+            "skipped": [s.to_json() for s in skipped],
+            "main_device": self.main_device(),
+        }
+
+    def write(self, path) -> Tuple[Path, Path]:
+        """Write the spec to ``path`` and the report beside it (``NAME.capture.json``)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.spec(), indent=1) + "\n", encoding="utf-8")
+        report = report_path(path)
+        report.write_text(json.dumps(self.report(), indent=1) + "\n", encoding="utf-8")
+        return path, report
+
+    def summary(self) -> str:
+        line = (f"{self.source}: {self.calls} calls -> {self.captured_calls} captured in "
+                f"{self.configs} configs of {len(self._ops)} aten ops")
+        if self.views_dropped:
+            line += f", {self.views_dropped} view calls dropped"
+        skipped = sum(s.count for s in self._skipped.values())
+        if skipped:
+            line += f", {skipped} calls skipped"
+        return line
+
+
+def report_path(spec_path: Path) -> Path:
+    name = spec_path.name[:-5] if spec_path.name.endswith(".json") else spec_path.name
+    return spec_path.with_name(f"{name}.capture.json")
