@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 from .results_io import (ResultsFile, ResultsFileError, load_results, measured_passes,
                          pass_samples, run_key)
 from .significance import Comparison, compare_samples
+from .formatting import format_ms
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
 
@@ -111,12 +112,6 @@ def compare_results(base: ResultsFile, new: ResultsFile, alpha: float = 0.05,
 
 # --- output ---------------------------------------------------------------------------------
 
-def _ms(value: float) -> str:
-    if value >= 100:
-        return f"{value:.1f} ms"
-    if value >= 1:
-        return f"{value:.3f} ms"
-    return f"{value * 1000:.2f} µs"
 
 
 def _speedup(value: Optional[float]) -> str:
@@ -155,8 +150,9 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
         if verdict == "same" and min(row.base_n, row.new_n) < 4:
             verdict = "n<4"
         style = styles.get(result.verdict, "")
-        table.add_row(row.op, row.id, row.pass_name, _ms(result.base_median),
-                      _ms(result.new_median), f"[{style}]{_speedup(result.speedup)}[/{style}]",
+        table.add_row(row.op, row.id, row.pass_name, format_ms(result.base_median),
+                      format_ms(result.new_median),
+                      f"[{style}]{_speedup(result.speedup)}[/{style}]",
                       _interval(result), f"{result.p_value:.3g}",
                       f"[{style}]{verdict}[/{style}]")
     if rows:

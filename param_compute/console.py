@@ -15,6 +15,7 @@ from .expansion import PlannedRun
 from .records import STATUS_OK, RunRecord
 from .stats import NOISY_CV
 from .workload_totals import WorkloadTotals
+from .formatting import format_ms
 
 #: The summary table shows at most this many runs (memory stays flat for huge runs).
 SUMMARY_ROWS = 40
@@ -26,12 +27,6 @@ def _rate(value) -> str:
     return f"{value:.3g}"
 
 
-def _ms(value: float) -> str:
-    if value >= 100:
-        return f"{value:.1f} ms"
-    if value >= 1:
-        return f"{value:.3f} ms"
-    return f"{value * 1000:.2f} µs"
 
 
 class ConsoleReporter:
@@ -90,8 +85,9 @@ class ConsoleReporter:
                 noisy = " [yellow]noisy[/yellow]" if stats["cv"] > NOISY_CV and stats["n"] > 2 \
                     else ""
                 table.add_row(record.op_name, record.id, measured.name,
-                              _ms(stats["median"]) + noisy,
-                              f"{_ms(stats['p10'])} – {_ms(stats['p90'])}", str(stats["n"]),
+                              format_ms(stats["median"]) + noisy,
+                              f"{format_ms(stats['p10'])} – {format_ms(stats['p90'])}",
+                              str(stats["n"]),
                               _rate(rates.get("tflops_per_s")), _rate(rates.get("gb_per_s")))
         if self.rows:
             self.console.print(table)
@@ -123,19 +119,20 @@ def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int
                             ("count", "right"), ("total", "right"), ("share", "right")):
         configs.add_column(column, justify=justify)
     for op, run_id, median, count, total in totals.top_configs():
-        configs.add_row(op, run_id, _ms(median), str(count), _ms(total),
+        configs.add_row(op, run_id, format_ms(median), str(count), format_ms(total),
                         f"{totals.share(total):.1%}")
     ops = Table(title="top operators by total time", title_justify="left")
     for column, justify in (("op", "left"), ("configs", "right"), ("calls", "right"),
                             ("total", "right"), ("share", "right")):
         ops.add_column(column, justify=justify)
     for op in totals.top_ops(top_ops):
-        ops.add_row(op.op_name, str(op.configs), str(op.calls), _ms(op.total_ms),
+        ops.add_row(op.op_name, str(op.configs), str(op.calls), format_ms(op.total_ms),
                     f"{totals.share(op.total_ms):.1%}")
     if totals.configs:
         console.print(configs)
         console.print(ops)
-    line = (f"replayed workload: {_ms(totals.total_ms)} (Σ median × count) over {totals.calls} "
+    line = (f"replayed workload: {format_ms(totals.total_ms)} (Σ median × count) over "
+            f"{totals.calls} "
             f"calls in {totals.configs} configs")
     if totals.failed_configs:
         line += (f"; [red]{totals.failed_configs} configs ({totals.failed_calls} calls) not "

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .config_summary import (dtypes_summary, estimate_flops, features, numeric_column,
                              params_summary, shapes_summary, varying_features)
+from .formatting import format_ms
 from .results_io import (ResultsFile, ResultsFileError, load_results, measured_passes,
                          pass_throughput)
 
@@ -266,14 +267,9 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 
+
 def _ms(value: Optional[float]) -> str:
-    if value is None:
-        return ""
-    if value >= 100:
-        return f"{value:.1f} ms"
-    if value >= 1:
-        return f"{value:.3f} ms"
-    return f"{value * 1000:.2f} µs"
+    return format_ms(value, missing="")
 
 
 def _num(value: Optional[float]) -> str:

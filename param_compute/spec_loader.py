@@ -24,7 +24,7 @@ from .errors import Problem, SpecError
 MAX_SPEC_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64
 #: Values (objects, arrays, strings, numbers, ...) in one spec: far above any real spec (PARAM's
-#: largest has a few thousand) and low enough that validating the most is a matter of seconds.
+#: largest has a few thousand) and low enough that the largest validates in well under a minute.
 MAX_JSON_VALUES = 1_000_000
 #: Characters in one string value (aten schema strings, the longest real ones, are a few hundred).
 MAX_STRING_LENGTH = 10_000

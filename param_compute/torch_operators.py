@@ -134,8 +134,8 @@ class AtenOperator(OperatorInterface):
         if not extra:
             return list(args), kwargs
         if len(extra) > len(self.keyword_only):
-            raise TypeError(f"{self.op_name} takes at most {self.positional_count + len(self.keyword_only)}"
-                            f" arguments, {len(args)} given")
+            most = self.positional_count + len(self.keyword_only)
+            raise TypeError(f"{self.op_name} takes at most {most} arguments, {len(args)} given")
         merged = dict(zip(self.keyword_only, extra))
         merged.update(kwargs)
         return list(args[:self.positional_count]), merged
