@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from .interfaces import ConfigIterator, DataGenerator, OperatorInterface
+from .interfaces import OperatorInterface
 
 log = logging.getLogger("param_compute")
 
@@ -187,11 +187,3 @@ def load_plugins(workloads_dirs: Optional[List[Path]] = None) -> Registries:
     for directory in workloads_dirs or []:
         load_workloads_dir(directory)
     return REGISTRIES
-
-
-def is_config_iterator(cls: Any) -> bool:
-    return inspect.isclass(cls) and (issubclass(cls, ConfigIterator) or hasattr(cls, "__next__"))
-
-
-def is_data_generator(cls: Any) -> bool:
-    return inspect.isclass(cls) and (issubclass(cls, DataGenerator) or hasattr(cls, "get_data"))

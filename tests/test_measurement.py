@@ -11,7 +11,7 @@ import pytest
 
 import param_compute
 import param_compute.executor as executor_module
-from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor, write_spec
+from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor
 from param_compute.devices import Device
 
 
