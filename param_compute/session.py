@@ -5,6 +5,7 @@ Shared by the command line (``run_benchmark``) and library use (``param_compute.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Union
@@ -38,12 +39,15 @@ class Toolchain:
         return SpecValidator(source, self.registries, self.resolver, check_aten_schema).validate(raw)
 
     def load(self, spec: Union[str, Path, dict]) -> BenchmarkSpec:
-        if isinstance(spec, dict):
-            problem = nesting_depth_problem(spec)
-            if problem:
-                raise SpecError("<dict>", [problem])
-            return self.validate(spec, "<dict>")
-        return self.validate(read_spec_file(Path(spec)), str(spec))
+        """Validate a spec given as a path, or as parsed JSON (a dict; anything else is reported
+        as a spec that is not a JSON object)."""
+        if isinstance(spec, (str, os.PathLike)):
+            return self.validate(read_spec_file(Path(spec)), str(spec))
+        source = f"<{type(spec).__name__}>"
+        problem = nesting_depth_problem(spec)
+        if problem:
+            raise SpecError(source, [problem])
+        return self.validate(spec, source)
 
     def engine(self, spec: BenchmarkSpec, options: RunOptions, sinks: Iterable[RecordSink],
                run_filters: Sequence = ()) -> Engine:

@@ -298,8 +298,10 @@ def _schema_problem(error) -> Problem:
     if kind == "type":
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
-        return Problem(path, f"expected {expected}, got {_json_type(error.instance)} "
-                             f"{_short(error.instance)}")
+        got = _json_type(error.instance)
+        if error.instance is not None:
+            got += f" {_short(error.instance)}"
+        return Problem(path, f"expected {expected}, got {got}")
     if kind == "minItems":
         return Problem(path, f"must have at least {error.validator_value} item(s)")
     if kind == "maxItems":
