@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 
 from .expansion import PlannedRun
 from .records import STATUS_ERROR, RunError, RunRecord
+from .signals import exit_description
 
 log = logging.getLogger("param_compute")
 
@@ -40,15 +41,7 @@ def _spec_as_dict(spec) -> Dict[str, Any]:
 
 
 def _signal_text(exitcode: Optional[int]) -> str:
-    if exitcode is None:
-        return "crashed"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"crashed: signal {-exitcode} ({name})"
-    return f"crashed: exit status {exitcode}"
+    return "crashed" if exitcode is None else f"crashed: {exit_description(exitcode)}"
 
 
 def worker_main(connection, setup: Dict[str, Any]) -> None:

@@ -49,7 +49,7 @@ from .errors import EXIT_RUN_FAILED, OptionsError
 from .expansion import PlannedRun
 from .options import RunOptions
 from .records import STATUS_OK, RunRecord
-from .signals import Interrupted
+from .signals import Interrupted, exit_description
 
 log = logging.getLogger("param_compute")
 
@@ -249,11 +249,7 @@ def options_from_json(values: Dict[str, Any]) -> RunOptions:
 
 def _exit_text(kind: str, status: int) -> str:
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = "unknown signal"
-        return f"{kind} was killed by signal {-status} ({name})"
+        return f"{kind} was killed by {exit_description(status)}"
     return f"{kind} exited with status {status}"
 
 

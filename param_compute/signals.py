@@ -25,6 +25,17 @@ class Interrupted(BaseException):
         return signal.Signals(self.signum).name
 
 
+def exit_description(status: int) -> str:
+    """A child process's exit status in words: ``signal 6 (SIGABRT)`` or ``exit status 3``."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {-status} ({name})"
+    return f"exit status {status}"
+
+
 class SignalGuard:
     def __init__(self) -> None:
         self._depth = 0

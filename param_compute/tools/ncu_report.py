@@ -22,11 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..results_io import ResultsFileError
-from .profiles import (KernelTable, number, parse_iteration_range, read_batch_records, render,
-                       summary_lines, to_ns, write_csv)
-
-EXIT_OK, EXIT_PROBLEMS, EXIT_INVALID = 0, 1, 2
+from .profiles import KernelTable, number, parse_iteration_range, run_report, to_ns
 
 #: Columns of a ``--page raw`` CSV that describe the launch rather than measure it.
 IDENTITY_COLUMNS = frozenset(("ID", "Process ID", "Process Name", "Host Name", "Kernel Name",
@@ -138,46 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        batches = read_batch_records(args.results, "ncu")
-    except ResultsFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    if not batches:
-        print(f"error: {args.results} holds no ncu batch records (was it run with --ncu?)",
-              file=sys.stderr)
-        return EXIT_INVALID
-    table = KernelTable()
-    problems: List[str] = []
-    for batch in batches:
-        if batch.status != "ok":
-            problems.append(f"{batch.label}: failed ({batch.error or 'no reason recorded'})")
+
+    def join_batch(batch, table, problems: List[str]) -> None:
         try:
             text = batch.file.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             if batch.status == "ok":
                 problems.append(f"{batch.label}: cannot read {batch.recorded_file}: "
                                 f"{exc.strerror or exc}")
-            continue
+            return
         try:
             join(parse_ncu_csv(text), table, args.metric)
         except (NcuLogError, csv.Error) as exc:
             problems.append(f"{batch.label}: {batch.file}: {exc}")
-    from rich.console import Console
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    if table.rows:
-        render(table, console, f"ncu kernels per run: {args.results}", args.max_rows)
-    for line in summary_lines(batches, table, problems):
-        console.print(line, highlight=False, soft_wrap=True)
-    if args.csv is not None:
-        try:
-            write_csv(table, args.csv)
-        except OSError as exc:
-            print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_INVALID
-        console.print(f"csv: {args.csv}", highlight=False)
-    return EXIT_PROBLEMS if problems else EXIT_OK
+    return run_report(args.results, "ncu", join_batch, args.csv, args.max_rows)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import OptionsError
-from ..results_io import ResultsFileError
-from .profiles import (BatchRecord, KernelTable, RunPass, parse_iteration_range,
-                       read_batch_records, render, summary_lines)
-
-EXIT_OK, EXIT_PROBLEMS, EXIT_INVALID = 0, 1, 2
+from .profiles import BatchRecord, KernelTable, RunPass, parse_iteration_range, run_report
 
 #: NVTX event types of Nsight Systems' export: push/pop and start/end ranges.
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
@@ -140,43 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        batches = read_batch_records(args.results, "nsys")
-    except ResultsFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    if not batches:
-        print(f"error: {args.results} holds no nsys batch records (was it run with --nsys?)",
-              file=sys.stderr)
-        return EXIT_INVALID
-    table = KernelTable()
-    problems: List[str] = []
-    for batch in batches:
-        if batch.status != "ok":
-            problems.append(f"{batch.label}: failed ({batch.error or 'no reason recorded'})")
-            if not batch.file.exists():
-                continue
+
+    def join_batch(batch, table, problems: List[str]) -> None:
+        if batch.status != "ok" and not batch.file.exists():
+            return
         try:
             join_sqlite(sqlite_for(batch, args.nsys_bin), table)
         except ExportError as exc:
             problems.append(f"{batch.label}: {exc}")
-    from rich.console import Console
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    if table.rows:
-        render(table, console, f"nsys kernels per run: {args.results}", args.max_rows)
-    for line in summary_lines(batches, table, problems):
-        console.print(line, highlight=False, soft_wrap=True)
-    if args.csv is not None:
-        from .profiles import write_csv
-
-        try:
-            write_csv(table, args.csv)
-        except OSError as exc:
-            print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_INVALID
-        console.print(f"csv: {args.csv}", highlight=False)
-    return EXIT_PROBLEMS if problems else EXIT_OK
+    return run_report(args.results, "nsys", join_batch, args.csv, args.max_rows)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,14 @@ import csv
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..results_io import ResultsFileError
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_INVALID = 0, 1, 2
 
 #: An iteration range name: op, run id (config|build|input) and pass.
 ITERATION_RANGE = re.compile(
@@ -270,3 +273,44 @@ def summary_lines(batches: Sequence[BatchRecord], table: KernelTable,
         lines.append(f"{len(missing)} profiled runs without kernels: {shown}")
     lines.extend(problems)
     return lines
+
+
+def run_report(results: Path, kind: str, join_batch: Callable[[BatchRecord, KernelTable,
+                                                                List[str]], None],
+               csv_path: Optional[Path], max_rows: int) -> int:
+    """The common body of the ncu and nsys reports.
+
+    Reads the ``kind`` batch records of ``results``, lets ``join_batch`` add each batch's
+    kernels to one table (noting problems), prints the table and a summary, optionally writes
+    CSV. Exit status: 0, 1 when a batch had a problem, 2 for unusable input.
+    """
+    try:
+        batches = read_batch_records(results, kind)
+    except ResultsFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not batches:
+        print(f"error: {results} holds no {kind} batch records (was it run with --{kind}?)",
+              file=sys.stderr)
+        return EXIT_INVALID
+    table = KernelTable()
+    problems: List[str] = []
+    for batch in batches:
+        if batch.status != "ok":
+            problems.append(f"{batch.label}: failed ({batch.error or 'no reason recorded'})")
+        join_batch(batch, table, problems)
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if table.rows:
+        render(table, console, f"{kind} kernels per run: {results}", max_rows)
+    for line in summary_lines(batches, table, problems):
+        console.print(line, highlight=False, soft_wrap=True)
+    if csv_path is not None:
+        try:
+            write_csv(table, csv_path)
+        except OSError as exc:
+            print(f"error: cannot write {csv_path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_INVALID
+        console.print(f"csv: {csv_path}", highlight=False)
+    return EXIT_PROBLEMS if problems else EXIT_OK
