@@ -117,9 +117,9 @@ class Executor:
                 self.seed_run(run.key)
                 args, kwargs = self._phase("data", lambda: self._generator(
                     op_spec.input_data_generator).get_data(run.input, self.options.device))
-                fn = self._phase("forward", lambda: self._bind(op, args, kwargs))
+                fn, setup = self._phase("forward", lambda: self._bind(op, args, kwargs))
                 passes.append(self._phase("forward", lambda: self._forward(
-                    run, fn, args, kwargs)))
+                    run, fn, setup, args, kwargs)))
                 if self.options.backward:
                     passes.append(self._phase("backward", lambda: self._backward(
                         run, op, fn, args, kwargs)))
@@ -197,7 +197,7 @@ class Executor:
                                    mode, prepare, host)
                 calls = count
                 if phase == "measure" and options.min_time > 0:
-                    calls = self._extend_to_min_time(fn, prepare, times, host, calls)
+                    calls = self._extend_to_min_time(measured, prepare, times, host, calls)
                 peak = device.peak_memory_mb()
             setattr(result, f"{phase}_ms", times)
             if host:
@@ -224,8 +224,8 @@ class Executor:
             calls += block
         return calls
 
-    def _forward(self, run: PlannedRun, bound, args, kwargs) -> PassResult:
-        fn, setup = bound
+    def _forward(self, run: PlannedRun, fn: Callable[[], Any], setup: Dict[str, float], args,
+                 kwargs) -> PassResult:
         work = None
         if self.flop_counter is not None:
             flops, output = self.flop_counter.count(fn)
@@ -237,10 +237,9 @@ class Executor:
             result.flops, result.bytes = work
         return result
 
-    def _backward(self, run: PlannedRun, op, bound, args, kwargs) -> PassResult:
+    def _backward(self, run: PlannedRun, op, fn: Callable[[], Any], args, kwargs) -> PassResult:
         if not op.supports_backward:
             raise RuntimeError(f"{type(op).__name__} has no backward pass (in-place operator)")
-        fn, _ = bound
 
         def prepare() -> None:
             op.remember_output(fn())

@@ -163,14 +163,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .console import ConsoleReporter
     from .devices import check_device
-    from .memory_guard import parse_size
-    from .resume import scan_results, spec_digest
-    from .signals import GUARD
-    from .profiling import profiled, trace_paths
-    from .session import Toolchain
-    from .sysinfo import sys_info
     from .exporters import CsvExporter, OssJsonExporter
+    from .memory_guard import parse_size
+    from .nsight import BatchProfiler, settings_from_args
+    from .profiling import profiled, trace_paths
+    from .resume import scan_results, spec_digest
+    from .session import Toolchain
     from .sharding import plan_shard, resolve_shard
+    from .signals import GUARD
+    from .sysinfo import sys_info
     from .writers import JsonlResultWriter
 
     for directory in args.workloads_dir:
@@ -213,8 +214,6 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            "run in that file")
     if not options.dry_run:
         check_device(options.device)
-    from .nsight import BatchProfiler, settings_from_args
-
     nsight = settings_from_args(args, options)  # --ncu/--nsys: binaries found before any run
     spec = toolchain.load(args.config)
     digest = spec_digest(args.config)
@@ -228,7 +227,6 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     run_options = options.to_json()
     run_options["config_file"] = str(args.config)
     run_options["spec_sha256"] = digest
-    run_options["max_memory"] = options.max_memory
     run_options["benchmark_args"] = {k: (str(v) if isinstance(v, Path) else v)
                                      for k, v in vars(args).items()
                                      if k != "workloads_dir"}
