@@ -75,7 +75,10 @@ def test_isolated_records_equal_in_process_records():
     inline = param_compute.run(spec, iteration=3).records[0]
     isolated = param_compute.run(spec, iteration=3, isolate=True).records[0]
     assert isolated["status"] == inline["status"] == "ok"
-    assert set(isolated) == set(inline) and isolated["config"] == inline["config"]
+    # "noisy" is added only when a sample's spread is high, which depends on the machine's load.
+    measured_keys = {"noisy"}
+    assert set(isolated) - measured_keys == set(inline) - measured_keys
+    assert isolated["config"] == inline["config"]
     assert isolated["throughput"]["forward"]["flops"] == inline["throughput"]["forward"]["flops"]
     assert len(isolated["metric"]["forward"]["measure.time"]) == 3
 
