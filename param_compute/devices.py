@@ -8,6 +8,7 @@ Tests substitute fakes for these members to exercise the CUDA paths on a CPU-onl
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, Optional
 
@@ -21,6 +22,14 @@ class CudaEventClock:
     ``barrier`` (before each discrete iteration) synchronizes, then flushes the L2 cache unless
     it is kept warm on request. The flush buffer is sized from the device's own L2 size and
     allocated once per run, outside every timed region; flushing writes it whole.
+
+    Then it queues a short spin kernel (``torch.cuda._sleep``) that keeps the GPU busy while
+    the host records the start event and launches the operator: without it an operator whose
+    host-side launch outlasts the flush (cuBLAS picking a GEMM kernel: ~10 µs longer than the
+    ~17 µs a 50 MB flush takes on an H100) is timed from an idle GPU, launch latency included.
+    The spin lasts 1.5x the host time of the previous timed call plus 10 µs, at most 100 µs
+    (triton's do_bench covers about as much with its 256 MB flush); its cycles per µs are
+    measured once per device.
     """
 
     name = "cuda_events"
@@ -33,6 +42,8 @@ class CudaEventClock:
         self._event = torch.cuda.Event
         self._pool: list = []
         self._flush_buffer: Optional[Any] = None
+        self._cycles_per_us = spin_cycles_per_us(self.device.index or 0)
+        self._host_ns = (0, 0)  # the host clock at the last two stamps
         if flush_l2:
             l2_bytes = torch.cuda.get_device_properties(self.device).L2_cache_size
             self._flush_buffer = torch.empty(max(int(l2_bytes), 1), dtype=torch.int8,
@@ -48,7 +59,9 @@ class CudaEventClock:
     def stamp(self) -> Any:
         event = self._pool.pop() if self._pool else self._event(enable_timing=True)
         event.record()
-        return event, time.perf_counter_ns()
+        now = time.perf_counter_ns()
+        self._host_ns = (self._host_ns[1], now)
+        return event, now
 
     @staticmethod
     def elapsed_ms(start: Any, end: Any) -> float:
@@ -62,13 +75,45 @@ class CudaEventClock:
         self._torch.cuda.synchronize(self.device)
 
     def _barrier(self) -> None:
-        # Wait for the previous iteration, then queue the flush without waiting for it: the
-        # flush kernel keeps the GPU busy while the host records the start event and launches
+        # Wait for the previous iteration, then queue the flush and the spin without waiting
+        # for them: they keep the GPU busy while the host records the start event and launches
         # the operator, so the event pair times the operator's kernels rather than the host's
-        # launch latency (the approach of triton's do_bench).
+        # launch latency.
         self._torch.cuda.synchronize(self.device)
         if self._flush_buffer is not None:
             self._flush_buffer.zero_()
+        previous, latest = self._host_ns
+        cover = launch_cover_us((latest - previous) / 1e3 if previous else None)
+        self._torch.cuda._sleep(int(cover * self._cycles_per_us))
+
+
+#: Host time assumed for the first timed call's launch, before any has been measured.
+FIRST_LAUNCH_US = 40.0
+MAX_LAUNCH_COVER_US = 100.0
+
+
+def launch_cover_us(last_host_us: Optional[float]) -> float:
+    """How long the GPU should stay busy after the barrier: enough to hide the host's launch
+    of the next call, judged by the last call's host time; bounded so that a host-bound
+    multi-kernel call is not turned into a replay of queued kernels."""
+    host_us = FIRST_LAUNCH_US if last_host_us is None else max(last_host_us, 0.0)
+    return min(1.5 * host_us + 10.0, MAX_LAUNCH_COVER_US)
+
+
+@functools.lru_cache(maxsize=None)
+def spin_cycles_per_us(device_index: int) -> float:
+    """``torch.cuda._sleep`` cycles per µs on this device, measured once (about 2 ms)."""
+    import torch
+
+    with torch.cuda.device(device_index):
+        torch.cuda._sleep(1000)  # load the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 2_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / max(start.elapsed_time(end) * 1e3, 1e-3)
 
 
 class Device:

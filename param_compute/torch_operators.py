@@ -111,7 +111,9 @@ class AtenOperator(OperatorInterface):
     there is the one called. Without build args the op name itself may carry the overload.
     Like PARAM, specs may pass keyword-only schema arguments positionally (``aten::add.Tensor``
     with ``alpha`` as a third arg): extra positional args are bound to the keyword-only
-    parameters in schema order, once, at bind time.
+    parameters in schema order, once, at bind time. Keyword arguments that are None where the
+    schema's default is None are dropped then too: the call means the same and costs less
+    (PARAM's form writes every argument out).
     """
 
     def __init__(self, op_name: str):
@@ -119,6 +121,7 @@ class AtenOperator(OperatorInterface):
         self.function: Optional[Callable[..., Any]] = None
         self.positional_count = 0
         self.keyword_only: List[str] = []
+        self.none_by_default: frozenset = frozenset()
 
     def build(self, schema: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
         packet = getattr(torch.ops.aten, aten_base_name(self.op_name))
@@ -126,18 +129,20 @@ class AtenOperator(OperatorInterface):
         arguments = self.function._schema.arguments
         self.positional_count = sum(1 for a in arguments if not a.kwarg_only)
         self.keyword_only = [a.name for a in arguments if a.kwarg_only]
+        self.none_by_default = frozenset(a.name for a in arguments if a.kwarg_only
+                                         and a.has_default_value() and a.default_value is None)
 
     def _bound(self, args: Sequence[Any], kwargs: Dict[str, Any]):
         if self.function is None:
             self.build()
         extra = list(args[self.positional_count:])
-        if not extra:
-            return list(args), kwargs
         if len(extra) > len(self.keyword_only):
             most = self.positional_count + len(self.keyword_only)
             raise TypeError(f"{self.op_name} takes at most {most} arguments, {len(args)} given")
         merged = dict(zip(self.keyword_only, extra))
         merged.update(kwargs)
+        merged = {name: value for name, value in merged.items()
+                  if not (value is None and name in self.none_by_default)}
         return list(args[:self.positional_count]), merged
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

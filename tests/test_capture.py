@@ -16,7 +16,10 @@ from torch.profiler import ExecutionTraceObserver
 
 import param_compute
 from conftest import read_results, run_cli, simple_op, tensor
+from param_replay import param_replay
 from param_compute.capture import capture_execution_trace, capture_ops, report_path
+from param_compute.capture.param_form import (ENUM_CODES, noted_configs, param_form_spec,
+                                              to_param_form)
 from param_compute.capture.schema_args import is_view_op, schema_arguments
 from param_compute.console import ConsoleReporter
 from param_compute.data_generation import materialize
@@ -25,6 +28,7 @@ from param_compute.errors import SpecError
 from param_compute.expansion import PlannedRun
 from param_compute.records import PassResult, RunRecord
 from param_compute.session import Toolchain
+from param_compute.torch_operators import AtenOperator
 from param_compute.workload_totals import WorkloadTotals
 
 REPLAY = dict(warmup=1, iteration=2, throughput=False)
@@ -465,3 +469,157 @@ def test_captured_spec_keeps_params_aten_form(captured, shared_configs):
             assert schema["type"] == "str" and schema["value"].startswith(op)
             for arg_spec_list in config["input"]:
                 assert set(arg_spec_list) <= {"args", "kwargs", "count"}
+
+
+# --- --param-form: what PARAM's own replay runs ---------------------------------------------
+
+@pytest.mark.parametrize("source", ["et", "live"])
+@pytest.mark.parametrize("model", ["encoder", "convnet"])
+def test_param_form_runs_under_params_replay_and_notes_every_exception(captured, model, source):
+    workload = captured[model][source]
+    spec, notes = param_form_spec(workload.spec())
+    Toolchain.start().validate(spec, f"{model}-{source}-param")
+    failing = noted_configs(notes, fails=True)
+    ran, failed = param_replay(spec, skip=failing)
+    assert failed == []  # every config PARAM can't run is noted, with the reason
+    assert ran + len(failing) == workload.configs and ran >= 0.85 * workload.configs
+    for entry in spec.values():
+        for config in entry["config"]:
+            declared = schema_arguments(config["build"][0]["args"][0]["value"])
+            for arg_spec_list in config["input"]:
+                assert set(arg_spec_list) <= {"args", "count"}
+                assert len(arg_spec_list["args"]) == len(declared)
+    result, _ = _replay(spec, iteration=1)  # and param_compute replays it all
+    assert [r["op_name"] for r in result.records if r["status"] != "ok"] == []
+    assert sum(r["count"] for r in result.records) == workload.captured_calls
+
+
+def test_param_form_writes_every_argument_with_enum_codes():
+    args, reasons = to_param_form(
+        "aten::_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, "
+        "Device? device=None, bool? pin_memory=None, bool non_blocking=False, "
+        "MemoryFormat? memory_format=None) -> Tensor",
+        [tensor(2, 3)], {"dtype": {"type": "dtype", "value": "bfloat16"},
+                         "memory_format": {"type": "memory_format", "value": "channels_last"}})
+    assert args == [tensor(2, 3), {"type": "int", "value": 15}, {"type": "none"},
+                    {"type": "none"}, {"type": "none"}, {"type": "bool", "value": False},
+                    {"type": "int", "value": 2}]
+    assert reasons == []
+    args, _ = to_param_form(
+        "aten::randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, "
+        "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
+        [{"type": "int", "value": 5}, {"type": "genericlist", "value": []}], {})
+    assert args[2] == {"type": "int", "value": 4}  # the named default, as its code
+    args, _ = to_param_form("aten::mse_loss(Tensor self, Tensor target, int reduction=Mean) "
+                            "-> Tensor", [tensor(3), tensor(3)], {})
+    assert args[2] == {"type": "int", "value": 1}
+    args, _ = to_param_form("aten::add_.Tensor(Tensor(a!) self, Tensor other, *, "
+                            "Scalar alpha=1) -> Tensor(a!)",
+                            [tensor(3), {"type": "int", "value": 1}], {})
+    assert args[1] == {"type": "tensor", "dtype": "long", "shape": [], "requires_grad": False}
+    assert args[2] == {"type": "int", "value": 1}
+    with pytest.raises(ValueError, match="not in the schema"):
+        to_param_form("aten::relu(Tensor self) -> Tensor", [tensor(3)],
+                      {"inplace": {"type": "bool", "value": True}})
+    odd = {"aten::relu": {"config": [{
+        "build": [{"args": [{"type": "str", "value": "aten::relu(Tensor self) -> Tensor"}]}],
+        "input": [{"args": [tensor(3)], "count": 2}, {"args": []}]}]}}
+    spec, notes = param_form_spec(odd)  # a config it can't rewrite is kept, with a note
+    assert spec["aten::relu"]["config"][0]["input"] == [{"args": [tensor(3)], "count": 2},
+                                                         {"args": []}]
+    assert [(n.input_index, n.fails) for n in notes] == [(1, True)]
+    assert notes[0].reason == ("not written in PARAM's form: no value for self, which has no "
+                               "default")
+
+
+@pytest.mark.parametrize("kind,name", [(kind, name) for kind, codes in ENUM_CODES.items()
+                                       for name in codes])
+def test_enum_codes_are_the_ones_torch_uses(kind, name):
+    code = ENUM_CODES[kind][name]
+    if kind == "dtype":
+        want = materialize({"type": "dtype", "value": name}, "cpu")
+        assert torch.ops.aten.empty.memory_format([1], dtype=code).dtype == want
+    elif kind == "memory_format":
+        image = torch.empty(1, 2, 3, 4, 5)[:, :, :, :, 0] if name != "channels_last_3d" \
+            else torch.empty(1, 2, 3, 4, 5)
+        want = materialize({"type": "memory_format", "value": name}, "cpu")
+        got = torch.ops.aten.empty_like.default(image, memory_format=code)
+        assert got.stride() == torch.empty_like(image, memory_format=want).stride()
+    else:
+        want = materialize({"type": "layout", "value": name}, "cpu")
+        try:
+            assert torch.ops.aten.empty.memory_format([2, 2], layout=code).layout == want
+        except RuntimeError as exc:  # block layouts can't be made empty; torch names the one
+            assert name.title().replace("_", "") in str(exc)  # it got: "... got SparseBsr"
+
+
+def test_param_form_notes_what_param_would_not_reproduce():
+    schema = ("aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
+              "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor")
+    indices = {**tensor(4, dtype="long"), "value_range": [0, 19]}
+    _, reasons = to_param_form(schema, [tensor(20, 3), indices], {})
+    assert reasons == [("indices: indices in [0, 19], but PARAM fills integer tensors with "
+                        "values in [-10, 10)", True)]
+    counter = {**tensor(dtype="long"), "shape": [], "value_range": [0, 0]}
+    _, reasons = to_param_form("aten::add_.Tensor(Tensor(a!) self, Tensor other, *, "
+                               "Scalar alpha=1) -> Tensor(a!)",
+                               [counter, {"type": "int", "value": 1}], {})
+    assert reasons == []  # a counter's range does not matter: not an index
+    strided = {**tensor(4, 6), "stride": [1, 4]}
+    _, reasons = to_param_form("aten::masked_fill.Scalar(Tensor self, Tensor mask, "
+                               "Scalar value) -> Tensor",
+                               [strided, tensor(4, 6, dtype="bool"),
+                                {"type": "float", "value": "-inf"}], {})
+    assert reasons == [("self: PARAM makes a contiguous tensor, not the captured strided view",
+                        False), ("value: PARAM cannot make the float -inf", True)]
+    _, reasons = to_param_form("aten::view_as_real(Tensor(a) self) -> Tensor(a)",
+                               [tensor(3, dtype="complex64")], {})
+    assert reasons == [("self: PARAM makes no complex64 tensors", True)]
+    _, reasons = to_param_form("aten::foo(Tensor self, int[2] stride=[1, 1]) -> Tensor",
+                               [tensor(3)], {})
+    assert reasons == [("stride: PARAM splits the schema's argument list at every comma, "
+                        "which breaks the default [1, 1]", True)]
+
+
+def test_aten_binding_drops_none_keywords_whose_default_is_none():
+    operator = AtenOperator("aten::_to_copy")
+    operator.build("aten::_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, "
+                   "Device? device=None, bool? pin_memory=None, bool non_blocking=False, "
+                   "MemoryFormat? memory_format=None) -> Tensor")
+    x = torch.ones(2)
+    call = operator.bind_forward([x, 7, None, None, None, False, None], {})
+    assert call.args == (x,) and call.keywords == {"dtype": 7, "non_blocking": False}
+    assert call().dtype == torch.float64
+
+
+def test_cli_param_form_reports_its_notes(tmp_path):
+    (tmp_path / "lookup_step.py").write_text(textwrap.dedent("""
+        import torch
+        table = torch.nn.Embedding(20, 4)
+        tokens = torch.tensor([[1, 19], [0, 5]])
+
+        def step():
+            table(tokens).to(torch.float64).sum().backward()
+    """))
+    spec_path = tmp_path / "out.json"
+    result = run_cli("--run", "lookup_step:step", "-o", spec_path, "--param-form",
+                     module="param_compute.capture", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(spec_path.read_text())
+    to_copy = spec["aten::_to_copy"]["config"][0]["input"]  # float64 forward, float32 back
+    assert [c["args"][1] for c in to_copy] == [{"type": "int", "value": 7},
+                                               {"type": "int", "value": 6}]
+    assert all(len(c["args"]) == 7 and "kwargs" not in c for c in to_copy)
+    report = json.loads(report_path(spec_path).read_text())
+    notes = report["param_form"]["notes"]
+    [embedding] = [n for n in notes if n["op"] == "aten::embedding"]
+    assert embedding["fails"] and "indices in [0, 19]" in embedding["reason"]
+    failing = report["param_form"]["configs_param_fails_on"]
+    assert failing == len({(n["op"], n["schema"], n["input"]) for n in notes if n["fails"]}) >= 1
+    configs = report["configs"]
+    assert (f"PARAM form: PARAM runs {configs - failing} of {configs} configs "
+            f"({report['param_form']['configs_param_runs_differently']} not exactly as "
+            f"captured), fails on {failing}") in result.stdout
+    assert "fails: aten::embedding input 0: indices: indices in [0, 19]" in result.stdout
+    out = tmp_path / "results.json"
+    assert run_cli("-c", spec_path, "--output", out, "-i", "2").returncode == 0

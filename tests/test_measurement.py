@@ -12,7 +12,8 @@ import pytest
 import param_compute
 import param_compute.executor as executor_module
 from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor
-from param_compute.devices import Device
+import param_compute.devices as devices_module
+from param_compute.devices import CudaEventClock, Device, launch_cover_us
 
 
 class FakeCudaClock:
@@ -85,6 +86,55 @@ def test_continuous_events_mode_has_no_barrier(fake_cuda):
                                  exec_mode="continuous_events").records
     assert len(record["metric"]["forward"]["measure.time"]) == 4
     assert fake_cuda.clock.barriers == 0
+
+
+class _RecordingCuda:
+    """Stands in for ``torch`` inside ``CudaEventClock``: records what the barrier queues."""
+
+    def __init__(self):
+        self.calls = []
+        outer = self
+
+        class FakeEvent:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                outer.calls.append("event")
+
+        class Buffer:
+            def zero_(self):
+                outer.calls.append("flush")
+
+        class Cuda:
+            Event = FakeEvent
+
+            @staticmethod
+            def synchronize(device=None):
+                outer.calls.append("sync")
+
+            @staticmethod
+            def _sleep(cycles):
+                outer.calls.append(("spin", cycles))
+
+        self.cuda, self.buffer = Cuda, Buffer()
+
+
+def test_cuda_barrier_flushes_then_covers_the_next_launch(monkeypatch):
+    fake = _RecordingCuda()
+    clock = CudaEventClock.__new__(CudaEventClock)
+    clock._torch, clock.device, clock._event, clock._pool = fake, "cuda:0", fake.cuda.Event, []
+    clock._flush_buffer, clock._cycles_per_us, clock._host_ns = fake.buffer, 1000.0, (0, 0)
+    host_ns = iter([1_000_000, 1_030_000])  # the timed call took 30 µs of host time
+    monkeypatch.setattr(devices_module.time, "perf_counter_ns", lambda: next(host_ns))
+    clock._barrier()  # nothing timed yet: cover the assumed first launch
+    first = int(launch_cover_us(None) * 1000)
+    clock.stamp(), clock.stamp()
+    clock._barrier()
+    assert fake.calls == ["sync", "flush", ("spin", first), "event", "event",
+                          "sync", "flush", ("spin", 55_000)]  # (1.5 x 30 + 10) µs
+    assert launch_cover_us(None) == 70.0 and launch_cover_us(2.0) == 13.0
+    assert launch_cover_us(5_000.0) == 100.0  # a host-bound call is not turned into a replay
 
 
 def test_cuda_graph_needs_a_cuda_device(tmp_path):

@@ -1,6 +1,6 @@
 """``python -m param_compute.capture``: an execution trace or a live run -> a replayable spec.
 
-    python -m param_compute.capture --from-et trace.json -o spec.json [--skip-views]
+    python -m param_compute.capture --from-et trace.json -o spec.json [--skip-views] [--param-form]
     python -m param_compute.capture --run mymodule:train_step -o spec.json [--warmup 1] [--steps 1]
 
 ``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--run: uncaptured calls before capturing (default 1)")
     p.add_argument("--steps", type=int, default=1,
                    help="--run: captured calls (counts add up; default 1)")
+    p.add_argument("--param-form", action="store_true",
+                   help="write every aten call in the form PARAM's own replay runs (all "
+                        "declared arguments positional, enum values as integer codes); the "
+                        "report lists what PARAM still won't reproduce")
     p.add_argument("--no-validate", action="store_true",
                    help="write the spec without validating it")
     return p
@@ -93,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError, ImportError, AttributeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    spec = workload.spec()
+    spec = workload.spec(args.param_form)
     if not spec:
         print(f"error: nothing to replay: {workload.summary()}", file=sys.stderr)
         return EXIT_INVALID
@@ -104,8 +108,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             Toolchain.start().validate(spec, str(args.output))
         except SpecError as exc:  # a capture bug: say so, but keep what was captured
             print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
-    spec_path, report = workload.write(args.output)
+    spec_path, report = workload.write(args.output, args.param_form)
     print(workload.summary())
+    if args.param_form:
+        from .param_form import note_summary, param_form_spec
+
+        notes = param_form_spec(spec)[1]
+        print(f"  {note_summary(notes, workload.configs)}")
+        shown = sorted(notes, key=lambda n: not n.fails)[:SHOWN_SKIPS]
+        for note in shown:
+            effect = "fails" if note.fails else "differs"
+            print(f"    {effect}: {note.op} input {note.input_index}: {note.reason}")
+        if len(notes) > SHOWN_SKIPS:
+            print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report}")
     skipped = sorted(workload.skipped, key=lambda s: -s.count)
     for skip in skipped[:SHOWN_SKIPS]:
         print(f"  skipped {skip.count} x {skip.op}: {skip.reason}")

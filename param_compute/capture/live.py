@@ -50,15 +50,16 @@ class LiveCapture(TorchDispatchMode):
         self.workload.add(schema, arg_specs, kwarg_specs)
 
     # -- the workload ------------------------------------------------------------------------
-    def spec(self) -> Dict[str, Any]:
-        return self.workload.spec()
+    def spec(self, param_form: bool = False) -> Dict[str, Any]:
+        return self.workload.spec(param_form)
 
-    def report(self) -> Dict[str, Any]:
-        return self.workload.report()
+    def report(self, param_form: bool = False) -> Dict[str, Any]:
+        return self.workload.report(param_form)
 
-    def write(self, path):
-        """Write the spec to ``path`` and the capture report to ``NAME.capture.json``."""
-        return self.workload.write(path)
+    def write(self, path, param_form: bool = False):
+        """Write the spec to ``path`` and the capture report to ``NAME.capture.json``
+        (``param_form``: in the form PARAM's own replay runs, see ``capture.param_form``)."""
+        return self.workload.write(path, param_form)
 
     @property
     def skipped(self):

@@ -194,8 +194,17 @@ class CapturedWorkload:
                         devices[tensor.get("device", "cpu")] += entry["count"]
         return devices.most_common(1)[0][0] if devices else "cpu"
 
-    def spec(self) -> Dict[str, Any]:
-        """The spec: ``{"aten::op": {generators, "config": [per overload]}}``."""
+    def spec(self, param_form: bool = False) -> Dict[str, Any]:
+        """The spec: ``{"aten::op": {generators, "config": [per overload]}}``; with
+        ``param_form`` in the form PARAM's own replay runs (``capture.param_form``)."""
+        spec = self._compact_spec()
+        if param_form:
+            from .param_form import param_form_spec
+
+            spec = param_form_spec(spec)[0]
+        return spec
+
+    def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()
         out: Dict[str, Any] = {}
         for base, schemas in self._ops.items():
@@ -219,10 +228,11 @@ class CapturedWorkload:
                                     "config": configs}
         return out
 
-    def report(self) -> Dict[str, Any]:
-        """What was captured and what was not, with reasons (the ``.capture.json`` sidecar)."""
+    def report(self, param_form: bool = False) -> Dict[str, Any]:
+        """What was captured and what was not, with reasons (the ``.capture.json`` sidecar);
+        with ``param_form``, also every config PARAM's replay won't reproduce and why."""
         skipped = sorted(self.skipped, key=lambda s: -s.count)
-        return {
+        report = {
             "source": self.source,
             "calls": self.calls,
             "captured_calls": self.captured_calls,
@@ -234,13 +244,23 @@ class CapturedWorkload:
             "skipped": [s.to_json() for s in skipped],
             "main_device": self.main_device(),
         }
+        if param_form:
+            from .param_form import noted_configs, param_form_spec
 
-    def write(self, path) -> Tuple[Path, Path]:
+            notes = param_form_spec(self._compact_spec())[1]
+            report["param_form"] = {
+                "configs_param_fails_on": len(noted_configs(notes, fails=True)),
+                "configs_param_runs_differently": len(noted_configs(notes, fails=False)),
+                "notes": [note.to_json() for note in notes]}
+        return report
+
+    def write(self, path, param_form: bool = False) -> Tuple[Path, Path]:
         """Write the spec to ``path`` and the report beside it (``NAME.capture.json``)."""
         path = Path(path)
-        path.write_text(json.dumps(self.spec(), indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(self.spec(param_form), indent=1) + "\n", encoding="utf-8")
         report = report_path(path)
-        report.write_text(json.dumps(self.report(), indent=1) + "\n", encoding="utf-8")
+        report.write_text(json.dumps(self.report(param_form), indent=1) + "\n",
+                          encoding="utf-8")
         return path, report
 
     def summary(self) -> str:
