@@ -82,9 +82,10 @@ class CudaEventClock:
         self._torch.cuda.synchronize(self.device)
         if self._flush_buffer is not None:
             self._flush_buffer.zero_()
-        previous, latest = self._host_ns
-        cover = launch_cover_us((latest - previous) / 1e3 if previous else None)
-        self._torch.cuda._sleep(int(cover * self._cycles_per_us))
+        if self._cycles_per_us:
+            previous, latest = self._host_ns
+            cover = launch_cover_us((latest - previous) / 1e3 if previous else None)
+            self._torch.cuda._sleep(int(cover * self._cycles_per_us))
 
 
 #: Host time assumed for the first timed call's launch, before any has been measured.
@@ -102,9 +103,12 @@ def launch_cover_us(last_host_us: Optional[float]) -> float:
 
 @functools.lru_cache(maxsize=None)
 def spin_cycles_per_us(device_index: int) -> float:
-    """``torch.cuda._sleep`` cycles per µs on this device, measured once (about 2 ms)."""
+    """``torch.cuda._sleep`` cycles per µs on this device, measured once (about 2 ms); 0 where
+    this torch build has no ``_sleep`` (a private function): then nothing covers the launch."""
     import torch
 
+    if not callable(getattr(torch.cuda, "_sleep", None)):
+        return 0.0
     with torch.cuda.device(device_index):
         torch.cuda._sleep(1000)  # load the kernel
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -13,7 +13,7 @@ import param_compute
 import param_compute.executor as executor_module
 from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor
 import param_compute.devices as devices_module
-from param_compute.devices import CudaEventClock, Device, launch_cover_us
+from param_compute.devices import CudaEventClock, Device, launch_cover_us, spin_cycles_per_us
 
 
 class FakeCudaClock:
@@ -135,6 +135,19 @@ def test_cuda_barrier_flushes_then_covers_the_next_launch(monkeypatch):
                           "sync", "flush", ("spin", 55_000)]  # (1.5 x 30 + 10) µs
     assert launch_cover_us(None) == 70.0 and launch_cover_us(2.0) == 13.0
     assert launch_cover_us(5_000.0) == 100.0  # a host-bound call is not turned into a replay
+
+
+def test_without_torch_cuda_sleep_nothing_covers_the_launch(monkeypatch):
+    import torch
+
+    monkeypatch.delattr(torch.cuda, "_sleep")
+    assert spin_cycles_per_us.__wrapped__(0) == 0.0
+    fake = _RecordingCuda()
+    clock = CudaEventClock.__new__(CudaEventClock)
+    clock._torch, clock._flush_buffer, clock.device = fake, fake.buffer, "cuda:0"
+    clock._cycles_per_us, clock._host_ns = 0.0, (0, 0)
+    clock._barrier()
+    assert fake.calls == ["sync", "flush"]
 
 
 def test_cuda_graph_needs_a_cuda_device(tmp_path):
