@@ -119,8 +119,8 @@ def materialize(spec: Dict[str, Any], device: str) -> Any:
         return spec.get("value", "")
     if kind == "none":
         return None
-    if kind == "device":
-        return torch.device(spec["value"])
+    if kind == "device":  # a captured arg naming the capture's device follows the run's
+        return torch.device(device if spec.get("run_device") else spec["value"])
     if kind == "dtype":
         return torch_dtype(spec["value"])
     if kind in ("layout", "memory_format"):

@@ -560,6 +560,10 @@ class SpecValidator:
         if section.custom:
             return  # a custom iterator gives macros its own meaning
         self._check_macro_names(spec, path, arg_type, ranged, listed)
+        if "run_device" in spec and arg_type != "device":
+            self.problem(path + ("run_device",), f"run_device applies to device args, not to "
+                                                 f"{_short(arg_type)}",
+                         "drop it (a tensor without \"device\" is made on the run's device)")
         checkers = {"tensor": self._check_tensor, "int": self._check_integer,
                     "long": self._check_integer, "float": self._check_float,
                     "double": self._check_float, "bool": self._check_bool,

@@ -23,19 +23,25 @@ _INTEGERS = {"uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
              "int": torch.int32, "long": torch.int64}
 
 
+#: PARAM's draws are unseeded; these are seeded so that a test run is repeatable.
+_RANDOM = random.Random(0)
+_GENERATOR = torch.Generator().manual_seed(0)
+
+
 def param_value(spec: Dict[str, Any]) -> Any:
     kind = spec["type"]
     if kind == "tensor":
         dtype, shape = spec["dtype"], spec["shape"]
         if not shape:
-            return torch.tensor(random.uniform(-10.0, 10.0),
+            return torch.tensor(_RANDOM.uniform(-10.0, 10.0),
                                 dtype={**_FLOATS, **_INTEGERS, "bool": torch.bool}[dtype])
         if dtype in _FLOATS:
-            return torch.rand(*shape, dtype=_FLOATS[dtype])
+            return torch.rand(*shape, generator=_GENERATOR).to(_FLOATS[dtype])
         if dtype in _INTEGERS:
-            return torch.randint(-10, 10, tuple(shape), dtype=_INTEGERS[dtype])
+            return torch.randint(-10, 10, tuple(shape), generator=_GENERATOR,
+                                 dtype=_INTEGERS[dtype])
         if dtype == "bool":
-            return torch.rand(*shape) < 0.5
+            return torch.rand(*shape, generator=_GENERATOR) < 0.5
         raise KeyError(dtype)
     if kind in ("float", "double", "int", "long"):
         return spec["value"]

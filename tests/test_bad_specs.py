@@ -57,6 +57,8 @@ CASES: Dict[str, Case] = {
     "int_value_is_string.json": Case("args[1].value", "expected an integer, got string '1'"),
     "shape_dim_is_string.json": Case("args[0].shape[1]", "a shape dim is an integer, or a range"),
     "bad_device.json": Case("kwargs.device.value", "not a device: 'gpu'"),
+    "run_device_on_tensor.json": Case("torch.relu.config[0].input[0].args[0].run_device",
+                                      "run_device applies to device args, not to 'tensor'"),
     # dtypes and gradients
     "unknown_dtype.json": Case("torch.mm.config[0].input[0].args[1].dtype",
                                "unknown dtype 'flaot' (did you mean 'float'?)"),

@@ -17,7 +17,8 @@ from torch.profiler import ExecutionTraceObserver
 import param_compute
 from conftest import read_results, run_cli, simple_op, tensor
 from param_replay import param_replay
-from param_compute.capture import capture_execution_trace, capture_ops, report_path
+from param_compute.capture import (CapturedWorkload, capture_execution_trace, capture_ops,
+                                   report_path)
 from param_compute.capture.param_form import (ENUM_CODES, noted_configs, param_form_spec,
                                               to_param_form)
 from param_compute.capture.schema_args import is_view_op, schema_arguments
@@ -256,7 +257,7 @@ def test_live_capture_keeps_argument_fidelity_and_replays():
     text = json.dumps(spec)
     assert '"type": "memory_format", "value": "channels_last"' in text
     assert '"type": "dtype", "value": "double"' in text
-    assert '"type": "device", "value": "cpu"' in text
+    assert '"type": "device", "value": "cpu", "run_device": true' in text  # follows -d
     assert not cap.skipped
     result, _ = _replay(spec, iteration=1)
     assert [r["op_name"] for r in result.records if r["status"] != "ok"] == []
@@ -344,6 +345,29 @@ def test_extended_data_specs_validate_and_generate():
         materialize({"type": "float", "value": "nan"}, "cpu")
     ints = materialize(tensor(1000, dtype="long", value_range=[5, 9]), "cpu")
     assert int(ints.min()) == 5 and int(ints.max()) == 9  # value_range is inclusive
+
+
+def test_captured_device_args_follow_the_run_device():
+    captured = {"type": "device", "value": "cuda:0", "run_device": True}
+    assert materialize(captured, "cpu") == torch.device("cpu")
+    assert materialize(captured, "cuda:1") == torch.device("cuda:1")
+    assert materialize({"type": "device", "value": "cuda:0"}, "cpu") == torch.device("cuda:0")
+    spec = simple_op("torch.zeros", {"type": "int", "value": 3},
+                     kwargs={"device": {"type": "device", "value": "cuda:3", "run_device": True}})
+    [record] = param_compute.run(spec, iteration=1).records  # a CPU machine runs it on cpu
+    assert record["status"] == "ok"
+    workload = CapturedWorkload("a CUDA capture")
+    on_gpu = {**tensor(4), "device": "cuda:0"}
+    zeros = "aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, " \
+            "Device? device=None, bool? pin_memory=None) -> Tensor"
+    size = {"type": "genericlist", "value": [{"type": "int", "value": 4}]}
+    workload.add("aten::relu(Tensor self) -> Tensor", [on_gpu])
+    for name in ("cuda", "cuda:0", "cuda:1", "cpu"):
+        workload.add(zeros, [size], {"device": {"type": "device", "value": name}})
+    out = workload.spec()
+    assert out["aten::relu"]["config"][0]["input"][0]["args"] == [tensor(4)]  # main device
+    devices = [c["kwargs"]["device"] for c in out["aten::zeros"]["config"][0]["input"]]
+    assert [d.get("run_device", False) for d in devices] == [True, True, False, False]
 
 
 def test_extended_data_specs_are_checked():

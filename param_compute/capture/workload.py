@@ -54,16 +54,30 @@ def _overload_problem(base: str, overload: str) -> Optional[str]:
     return None
 
 
-def _walk_tensors(value: Any) -> Iterator[Dict[str, Any]]:
+def _walk_typed(value: Any, kind: str) -> Iterator[Dict[str, Any]]:
+    """The data specs of type ``kind`` in a data spec or a list of them, lists opened up."""
     if isinstance(value, dict):
-        if value.get("type") == "tensor":
+        if value.get("type") == kind:
             yield value
         elif value.get("type") in ("genericlist", "tuple"):
             for item in value.get("value") or []:
-                yield from _walk_tensors(item)
+                yield from _walk_typed(item, kind)
     elif isinstance(value, list):
         for item in value:
-            yield from _walk_tensors(item)
+            yield from _walk_typed(item, kind)
+
+
+def _walk_tensors(value: Any) -> Iterator[Dict[str, Any]]:
+    return _walk_typed(value, "tensor")
+
+
+def _same_device(name: Any, main: str) -> bool:
+    """``cuda`` (the current device when captured) counts as the main ``cuda:N``."""
+    if not isinstance(name, str):
+        return False
+    kind, _, index = name.partition(":")
+    main_kind, _, main_index = main.partition(":")
+    return kind == main_kind and (not index or index == main_index)
 
 
 def _without_ranges(value: Any) -> Any:
@@ -185,7 +199,8 @@ class CapturedWorkload:
                    for bucket in schemas.values() for entry in bucket.values())
 
     def main_device(self) -> str:
-        """The device most captured tensors live on; only tensors elsewhere keep a ``device``."""
+        """The device most captured tensors live on; only tensors elsewhere keep a ``device``,
+        and device args naming it replay as the run's device (``run_device``)."""
         devices: Counter = Counter()
         for schemas in self._ops.values():
             for bucket in schemas.values():
@@ -215,10 +230,14 @@ class CapturedWorkload:
                     arg_spec_list: Dict[str, Any] = {"args": copy.deepcopy(entry["args"])}
                     if entry["kwargs"]:
                         arg_spec_list["kwargs"] = copy.deepcopy(entry["kwargs"])
-                    for tensor in _walk_tensors(list(arg_spec_list.get("kwargs", {}).values())
-                                                + arg_spec_list["args"]):
+                    values = list(arg_spec_list.get("kwargs", {}).values()) \
+                        + arg_spec_list["args"]
+                    for tensor in _walk_tensors(values):
                         if tensor.get("device") == main:
-                            del tensor["device"]
+                            del tensor["device"]  # made on the run's device
+                    for device in _walk_typed(values, "device"):
+                        if _same_device(device.get("value"), main):
+                            device["run_device"] = True
                     arg_spec_list["count"] = entry["count"]
                     inputs.append(arg_spec_list)
                 configs.append({"build": [{"args": [{"type": "str", "value": schema}]}],
