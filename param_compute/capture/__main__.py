@@ -97,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError, ImportError, AttributeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    spec = workload.spec(args.param_form)
+    spec, notes = workload.spec_and_notes(args.param_form)
     if not spec:
         print(f"error: nothing to replay: {workload.summary()}", file=sys.stderr)
         return EXIT_INVALID
@@ -108,12 +108,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             Toolchain.start().validate(spec, str(args.output))
         except SpecError as exc:  # a capture bug: say so, but keep what was captured
             print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
-    spec_path, report = workload.write(args.output, args.param_form)
+    spec_path, report = workload.write_spec(args.output, spec, notes)
     print(workload.summary())
-    if args.param_form:
-        from .param_form import note_summary, param_form_spec
+    if notes is not None:
+        from .param_form import note_summary
 
-        notes = param_form_spec(spec)[1]
         print(f"  {note_summary(notes, workload.configs)}")
         shown = sorted(notes, key=lambda n: not n.fails)[:SHOWN_SKIPS]
         for note in shown:

@@ -53,8 +53,8 @@ class LiveCapture(TorchDispatchMode):
     def spec(self, param_form: bool = False) -> Dict[str, Any]:
         return self.workload.spec(param_form)
 
-    def report(self, param_form: bool = False) -> Dict[str, Any]:
-        return self.workload.report(param_form)
+    def report(self) -> Dict[str, Any]:
+        return self.workload.report()
 
     def write(self, path, param_form: bool = False):
         """Write the spec to ``path`` and the capture report to ``NAME.capture.json``

@@ -212,12 +212,16 @@ class CapturedWorkload:
     def spec(self, param_form: bool = False) -> Dict[str, Any]:
         """The spec: ``{"aten::op": {generators, "config": [per overload]}}``; with
         ``param_form`` in the form PARAM's own replay runs (``capture.param_form``)."""
-        spec = self._compact_spec()
-        if param_form:
-            from .param_form import param_form_spec
+        return self.spec_and_notes(param_form)[0]
 
-            spec = param_form_spec(spec)[0]
-        return spec
+    def spec_and_notes(self, param_form: bool = False):
+        """(the spec, the ``ParamFormNote`` list for the PARAM form, or None without it)."""
+        spec = self._compact_spec()
+        if not param_form:
+            return spec, None
+        from .param_form import param_form_spec
+
+        return param_form_spec(spec)
 
     def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()
@@ -247,9 +251,9 @@ class CapturedWorkload:
                                     "config": configs}
         return out
 
-    def report(self, param_form: bool = False) -> Dict[str, Any]:
+    def report(self, param_form_notes: Optional[List[Any]] = None) -> Dict[str, Any]:
         """What was captured and what was not, with reasons (the ``.capture.json`` sidecar);
-        with ``param_form``, also every config PARAM's replay won't reproduce and why."""
+        given the PARAM form's notes, also every config PARAM's replay won't reproduce."""
         skipped = sorted(self.skipped, key=lambda s: -s.count)
         report = {
             "source": self.source,
@@ -263,22 +267,27 @@ class CapturedWorkload:
             "skipped": [s.to_json() for s in skipped],
             "main_device": self.main_device(),
         }
-        if param_form:
-            from .param_form import noted_configs, param_form_spec
+        if param_form_notes is not None:
+            from .param_form import noted_configs
 
-            notes = param_form_spec(self._compact_spec())[1]
             report["param_form"] = {
-                "configs_param_fails_on": len(noted_configs(notes, fails=True)),
-                "configs_param_runs_differently": len(noted_configs(notes, fails=False)),
-                "notes": [note.to_json() for note in notes]}
+                "configs_param_fails_on": len(noted_configs(param_form_notes, fails=True)),
+                "configs_param_runs_differently": len(noted_configs(param_form_notes,
+                                                                    fails=False)),
+                "notes": [note.to_json() for note in param_form_notes]}
         return report
 
     def write(self, path, param_form: bool = False) -> Tuple[Path, Path]:
         """Write the spec to ``path`` and the report beside it (``NAME.capture.json``)."""
+        return self.write_spec(path, *self.spec_and_notes(param_form))
+
+    def write_spec(self, path, spec: Dict[str, Any],
+                   param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
+        """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
         path = Path(path)
-        path.write_text(json.dumps(self.spec(param_form), indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
         report = report_path(path)
-        report.write_text(json.dumps(self.report(param_form), indent=1) + "\n",
+        report.write_text(json.dumps(self.report(param_form_notes), indent=1) + "\n",
                           encoding="utf-8")
         return path, report
 
