@@ -115,7 +115,7 @@ def run_cli(spec_path: Path, output: Path, *options: str) -> Dict[str, float]:
     The peak comes from ``wait4``'s rusage of exactly that child (``ru_maxrss``, KiB on Linux),
     so earlier children do not mask it the way ``RUSAGE_CHILDREN`` would.
     """
-    command = [sys.executable, "-m", "param_compute.run_benchmark", "-c", str(spec_path),
+    command = [sys.executable, "-m", "param_compute.cli.run_benchmark", "-c", str(spec_path),
                "--output", str(output), "--no-progress", *options]
     log_path = Path(output).with_suffix(".stderr")
     with open(log_path, "wb") as log:

@@ -28,6 +28,11 @@ replayed total more than ``--tolerance`` (default 25%) from the eager step.
     python bench/capture_fidelity.py                 # CPU, the sizes below
     python bench/capture_fidelity.py --device cuda --scale 4
     python bench/capture_fidelity.py --quick         # small sizes, a smoke test
+    python bench/capture_fidelity.py --traces ../shared/traces [--sample] [--device cuda]
+
+``--traces DIR``: instead, the table over real traces recorded by others (``_shared_traces``):
+nodes, calls, captured, replayed on the device, coverage by count and by original time; with a
+Kineto trace beside one, replayed vs original time per op.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import param_compute
 from param_compute.capture import capture_execution_trace, capture_ops
-from param_compute.workload_totals import WorkloadTotals
+from param_compute.results.workload_totals import WorkloadTotals
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 REPLAY_OK = 0.95
@@ -265,7 +270,22 @@ def main(argv=None) -> int:
     p.add_argument("--skip-views", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny models, one round (smoke test)")
     p.add_argument("--json", type=Path, help="also write the figures as JSON")
+    p.add_argument("--traces", type=Path, nargs="?", const="default", metavar="DIR",
+                   help="the table over real traces in DIR (default ../shared/traces)")
+    p.add_argument("--sample", action="store_true",
+                   help="--traces: replay the smallest config of each op, not every config")
     args = p.parse_args(argv)
+    if args.traces is not None:
+        from _shared_traces import default_folder, shared_traces_table
+
+        folder = default_folder() if str(args.traces) == "default" else args.traces
+        if folder is None or not folder.is_dir():
+            console.print(f"no traces folder: {args.traces}")
+            return 2
+        rows = shared_traces_table(console, folder, args.device, args.sample)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1, default=str))
+        return 0
     if args.quick:
         args.scale, args.rounds, args.steps, args.iteration = 0.125, 1, 3, 3
     torch.set_num_threads(1)

@@ -7,7 +7,7 @@ Expansion is lazy, so memory must not grow with the number of runs: a 1,000,000-
 peak within a few MB of the 100,000-run one (``--no-flatness`` skips that run and its check,
 about 15 s).
 
-Each measurement is a fresh ``python -m param_compute.run_benchmark --dry-run`` process, as a
+Each measurement is a fresh ``python -m param_compute.cli.run_benchmark --dry-run`` process, as a
 user runs it: interpreter start, ``import torch``, plugins, validation, expansion, the results
 file and interpreter shutdown are all inside the figure. Wall time is taken around the child;
 its peak RSS and CPU time come from ``os.wait4``, which reports that child alone. Every results
@@ -94,7 +94,7 @@ def run_child(command: List[str], stderr_path: Path) -> Measurement:
 
 def dry_run(spec_path: Path, output: Path, python: str) -> Measurement:
     """One dry run in a fresh process."""
-    return run_child([python, "-m", "param_compute.run_benchmark", "-c", str(spec_path),
+    return run_child([python, "-m", "param_compute.cli.run_benchmark", "-c", str(spec_path),
                       "--dry-run", "--output", str(output), "--no-progress"],
                      output.with_suffix(".stderr"))
 

@@ -9,6 +9,11 @@
    be within 15% of ``torch.utils.benchmark``'s (also warm, back to back) for kernels over 50 µs,
    and the discrete (L2 flushed) median within 15% of do_bench's (also flushed) over 20 µs.
 3. ``--cuda-graph`` and ``--cuda-l2-cache on`` runs; the L2 flush buffer size.
+4. Issue 14 on CUDA: ``python -m param_compute.calibrate -d cuda`` (float32, bfloat16, float16)
+   against the datasheet where the GPU is known; mm 8192² bf16 and add 2^28 fp32 with
+   ``--warmup-time 0.2 --min-time 0.5`` in both modes: ``flops_util``/``bw_util`` in (0, 1.2],
+   n >= 5 in continuous mode, a target; ``--verify`` with ``--pt2-model`` (add, mm, relu),
+   ``--cuda-graph`` and ``=fp64`` (bf16 mm): PASS.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ EXAMPLES = REPO / "examples" / "configs"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "param_compute.run_benchmark", "--no-progress",
+    return subprocess.run([sys.executable, "-m", "param_compute.cli.run_benchmark", "--no-progress",
                            *args], capture_output=True, text=True, cwd=REPO)
 
 
@@ -158,10 +163,120 @@ def check_modes(out: Path) -> bool:
     return all(rc == 0 for rc, _, _ in results.values())
 
 
+#: Dense datasheet peaks (FLOP/s by dtype, bytes/s) of GPUs we know, for the calibrate table.
+DATASHEET = {
+    "H100": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}, 3.35e12),
+    "H200": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}, 4.8e12),
+}
+
+
+def _datasheet(name: str):
+    return next((v for k, v in DATASHEET.items() if k in name), (None, None))
+
+
+def _tensor(shape, dtype):
+    return {"type": "tensor", "shape": shape, "dtype": dtype, "requires_grad": False}
+
+
+def _op(op, *args, target=None):
+    entry = {"input": [{"args": list(args)}]}
+    if target:
+        entry["target"] = target
+    return {op: {"input_data_generator": "PyTorch:DefaultDataGenerator", "config": [entry]}}
+
+
+def check_measure(out: Path) -> bool:
+    import os
+
+    print("\n4. calibrate, utilization, targets, --verify (issue 14)")
+    os.environ["PARAM_COMPUTE_CACHE_DIR"] = str(out / "cache")
+    done = subprocess.run([sys.executable, "-m", "param_compute.calibrate", "-d", "cuda",
+                           "--dtype", "float32", "--dtype", "bfloat16", "--dtype", "float16"],
+                          capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        print(done.stdout, done.stderr[-2000:])
+        return False
+    [entry] = json.loads((out / "cache" / "peaks.json").read_text()).values()
+    flops_sheet, bw_sheet = _datasheet(entry["device_name"])
+    ok = True
+    print(f"{'peak':<12} {'calibrated':>14} {'datasheet':>14} {'ratio':>7}  result")
+    rows = [(d, v / 1e12, (flops_sheet or {}).get(d), "TFLOP/s")
+            for d, v in sorted(entry["flops_per_s"].items())]
+    rows.append(("bandwidth", entry["bytes_per_s"] / 1e9, bw_sheet, "GB/s"))
+    for name, value, sheet, unit in rows:
+        sheet_v = sheet / (1e12 if unit == "TFLOP/s" else 1e9) if sheet else None
+        ratio = value / sheet_v if sheet_v else None
+        passed = value > 0 and (ratio is None or 0.4 <= ratio <= 1.05)
+        ok &= passed
+        print(f"{name:<12} {value:>10.1f} {unit:<3} {sheet_v or float('nan'):>10.1f} "
+              f"{'' if ratio is None else f'{ratio:>7.3f}'}  {'pass' if passed else 'MISS'}")
+    print(f"  detail: {json.dumps(entry['detail'])}")
+
+    spec = {**_op("torch.mm", _tensor([8192, 8192], "bfloat16"), _tensor([8192, 8192], "bfloat16"),
+                  target={"metric": "flops_util", "value": 0.5}),
+            **_op("torch.add", _tensor([1 << 28], "float"), _tensor([1 << 28], "float"),
+                  target={"metric": "bw_util", "value": 0.5})}
+    spec_path = out / "util.json"
+    spec_path.write_text(json.dumps(spec))
+    print(f"\n{'op':<10} {'mode':<11} {'median µs':>10} {'n':>6} {'CI ±':>7} {'TFLOP/s':>9} "
+          f"{'GB/s':>8} {'flops_util':>10} {'bw_util':>8} {'bound':>8} {'target met':>10}  result")
+    for mode in ("discrete", "continuous"):
+        path = out / f"util_{mode}.json"
+        done = cli("-c", str(spec_path), "-d", "cuda", "--exec-mode", mode, "-w", "5", "-i", "20",
+                   "--warmup-time", "0.2", "--min-time", "0.5", "--output", str(path))
+        if done.returncode != 0:
+            print(done.stderr[-2000:])
+            return False
+        for record in records(path):
+            stats, rates = record["stats"]["forward"], record["throughput"]["forward"]
+            util = rates.get("flops_util") if record["op_name"] == "torch.mm" \
+                else rates.get("bw_util")
+            passed = util is not None and 0 < util <= 1.2 and stats["n"] >= 5
+            ok &= passed
+            print(f"{record['op_name']:<10} {mode:<11} {stats['median'] * 1e3:>10.1f} "
+                  f"{stats['n']:>6} {stats['ci_rel_width'] / 2:>7.2%} "
+                  f"{rates['tflops_per_s']:>9.1f} {rates['gb_per_s']:>8.1f} "
+                  f"{rates.get('flops_util') or 0:>10.3f} {rates.get('bw_util') or 0:>8.3f} "
+                  f"{rates.get('bound')!s:>8} {record['target']['met']!s:>10}  "
+                  f"{'pass' if passed else 'MISS'}")
+
+    verify_spec = {**_op("torch.add", _tensor([4096, 4096], "float"),
+                         _tensor([4096, 4096], "float")),
+                   **_op("torch.mm", _tensor([2048, 2048], "float"), _tensor([2048, 2048], "float")),
+                   **_op("torch.relu", _tensor([4096, 4096], "float"))}
+    bf16_spec = _op("torch.mm", _tensor([2048, 2048], "bfloat16"), _tensor([2048, 2048],
+                                                                           "bfloat16"))
+    (out / "verify.json").write_text(json.dumps(verify_spec))
+    (out / "verify_bf16.json").write_text(json.dumps(bf16_spec))
+    print(f"\n{'verify':<26} {'op':<10} {'status':>6} {'mean rel err':>13} {'max abs err':>12}"
+          "  result")
+    for label, spec_file, extra in (("--pt2-model --verify", "verify.json",
+                                     ["--pt2-model", "--verify"]),
+                                    ("--cuda-graph --verify", "verify.json",
+                                     ["--cuda-graph", "--verify"]),
+                                    ("--verify=fp64 (bf16)", "verify_bf16.json",
+                                     ["--verify=fp64"])):
+        path = out / f"verify_{label.split()[0].strip('-')}.json"
+        done = cli("-c", str(out / spec_file), "-d", "cuda", "-w", "2", "-i", "10", *extra,
+                   "--output", str(path))
+        for record in records(path) if path.exists() else []:
+            verdict = record.get("verify", {})
+            passed = done.returncode == 0 and verdict.get("status") == "PASS"
+            ok &= passed
+            print(f"{label:<26} {record['op_name']:<10} {verdict.get('status')!s:>6} "
+                  f"{verdict.get('mean_rel_error') or 0:>13.2e} "
+                  f"{verdict.get('max_abs_error') or 0:>12.2e}  {'pass' if passed else 'MISS'}")
+        if done.returncode != 0:
+            ok = False
+            print(done.stderr[-2000:])
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--skip-examples", action="store_true", help="skip part 1")
+    parser.add_argument("--only-measure", action="store_true", help="run part 4 only")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp())
     out.mkdir(parents=True, exist_ok=True)
@@ -169,9 +284,13 @@ def main() -> int:
         print("no CUDA device")
         return 1
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    ok = check_examples(out)
-    ok &= compare_timers(out)
-    ok &= check_modes(out)
+    only_measure = "--only-measure" in sys.argv
+    ok = True
+    if not only_measure:
+        ok = check_examples(out)
+        ok &= compare_timers(out)
+        ok &= check_modes(out)
+    ok &= check_measure(out)
     print("\nall checks pass" if ok else "\nMISS")
     return 0 if ok else 1
 

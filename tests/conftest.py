@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib
+import io
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +27,42 @@ def shared_configs() -> Path:
     return SHARED_CONFIGS
 
 
-def run_cli(*args: str, module: str = "param_compute.run_benchmark", timeout: int = 300,
-            cwd: Path = None) -> subprocess.CompletedProcess:
-    """Run a command-line module in a fresh interpreter; never shows a progress bar."""
-    command = [sys.executable, "-m", module, *map(str, args)]
-    if module == "param_compute.run_benchmark" and "--no-progress" not in args:
-        command.append("--no-progress")
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+def run_cli(*args: str, module: str = "param_compute.cli.run_benchmark", timeout: int = 300,
+            cwd: Path = None, isolated: bool = False) -> subprocess.CompletedProcess:
+    """Run a command-line module's ``main(argv)``; never shows a progress bar.
+
+    In this process by default (a fresh interpreter costs seconds of torch import per call and
+    proves nothing more); ``isolated=True`` starts a real one, for what only a process can show
+    (signals, exit at start-up, environment).
+    """
+    argv = [str(a) for a in args]
+    if module == "param_compute.cli.run_benchmark" and "--no-progress" not in argv:
+        argv.append("--no-progress")
+    if isolated:
+        return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd)
+    return _run_in_process(module, argv, cwd)
+
+
+def _run_in_process(module: str, argv, cwd) -> subprocess.CompletedProcess:
+    main = importlib.import_module(module).main
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous_dir = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as stop:  # argparse's --help and usage errors
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    finally:
+        os.chdir(previous_dir)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        gc.unfreeze()  # main() freezes start-up objects for its process; a test process goes on
+    return subprocess.CompletedProcess([module, *argv], code or 0, out.getvalue(), err.getvalue())
 
 
 def read_results(path: Path):

@@ -2,24 +2,23 @@
 
 ``tests/bad_specs/`` holds one small spec per problem (and ``multiple_problems.json`` with several,
 which must all be reported together). Every file is checked in-process through the same
-``Toolchain.load`` the command line uses; a handful also go through the real command line in
-subprocesses (started together, since each one imports torch). A few valid specs pin down how
-macros expand.
+``Toolchain.load`` the command line uses; a handful also go through the command line's
+``main(argv)`` (exit status, stderr, no results file). A few valid specs pin down how macros
+expand.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, NamedTuple
 
 import pytest
 
+from conftest import run_cli
 from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
-from param_compute.expansion import plan_runs
-from param_compute.session import Toolchain
+from param_compute.plan.runplan import plan_runs
+from param_compute.runtime.session import Toolchain
 
 BAD_SPECS = Path(__file__).resolve().parent / "bad_specs"
 SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "param-configs"
@@ -47,7 +46,7 @@ CASES: Dict[str, Case] = {
     "config_not_a_list.json": Case("torch.mm.config", "expected array, got object"),
     "args_not_a_list.json": Case("torch.mm.config[0].input[0].args", "expected array, got object"),
     "data_spec_in_input_list.json": Case("torch.relu.config[0].input[0].type",
-                                         "unknown key 'type' (allowed keys: args, kwargs, count)", 3),
+                                         "unknown key 'type' (allowed keys: args, kwargs, count", 3),
     "missing_type.json": Case("torch.add.config[0].input[0].args[1]",
                               "missing required key 'type'"),
     "unknown_arg_type.json": Case("args[1].type", "unknown type 'Tensor' (did you mean 'tensor'?)"),
@@ -57,6 +56,7 @@ CASES: Dict[str, Case] = {
     "int_value_is_string.json": Case("args[1].value", "expected an integer, got string '1'"),
     "shape_dim_is_string.json": Case("args[0].shape[1]", "a shape dim is an integer, or a range"),
     "bad_device.json": Case("kwargs.device.value", "not a device: 'gpu'"),
+    "negative_storage_offset.json": Case("args[0].storage_offset", "must be >= 0, got -5"),
     "run_device_on_tensor.json": Case("torch.relu.config[0].input[0].args[0].run_device",
                                       "run_device applies to device args, not to 'tensor'"),
     # dtypes and gradients
@@ -133,8 +133,7 @@ MULTIPLE = [
     Case("torch.relu.config[0].input[0].args[0].value_range", "min 1 is greater than max 0"),
 ]
 
-#: The files also run through the command line, with multiple_problems.json (each subprocess
-#: imports torch, ~3 s of CPU: keep this short).
+#: The files also run through the command line, with multiple_problems.json.
 CLI_CASES = ["malformed_json.json", "duplicate_key.json", "range_step_zero.json",
              "unknown_operator.json"]
 
@@ -190,20 +189,13 @@ def test_all_problems_in_a_file_are_reported_together(toolchain):
 
 @pytest.fixture(scope="module")
 def cli_results(tmp_path_factory):
-    """Every CLI case run at once; name -> (exit status, stdout, stderr, --output path)."""
+    """Every CLI case through ``main(argv)``; name -> (exit status, stdout, stderr, --output)."""
     tmp = tmp_path_factory.mktemp("cli")
-    started = {}
-    for name in CLI_CASES + ["multiple_problems.json"]:
-        spec = BAD_SPECS / name
-        output = tmp / f"{name}.results.jsonl"
-        command = [sys.executable, "-m", "param_compute.run_benchmark", "-c", str(spec),
-                   "--dry-run", "--output", str(output), "--no-progress"]
-        started[name] = (subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True), output)
     results = {}
-    for name, (process, output) in started.items():
-        stdout, stderr = process.communicate(timeout=180)
-        results[name] = (process.returncode, stdout, stderr, output)
+    for name in CLI_CASES + ["multiple_problems.json"]:
+        output = tmp / f"{name}.results.jsonl"
+        done = run_cli("-c", BAD_SPECS / name, "--dry-run", "--output", output)
+        results[name] = (done.returncode, done.stdout, done.stderr, output)
     return results
 
 
@@ -329,8 +321,8 @@ def test_utf8_byte_order_mark_is_accepted(toolchain, tmp_path):
 
 def test_validator_counts_runs_as_expansion_does(toolchain):
     """The validator sizes each variant without expanding it; it must agree with expansion."""
-    from param_compute.expansion import compile_arg_spec_list
-    from param_compute.validation import _variant_axes
+    from param_compute.plan.iterators import compile_arg_spec_list
+    from param_compute.spec.macros import variant_axes
 
     specs = [toolchain.load(path) for path in sorted(SHARED_CONFIGS.glob("*.json"))]
     variants = [asl for spec in specs for op in spec.operators for entry in op.configs
@@ -340,6 +332,55 @@ def test_validator_counts_runs_as_expansion_does(toolchain):
         "kwargs": {"k": {"type": "bool", "value": [True, False], "__list__": ["value"]}}})
     for asl in variants:
         count = 1
-        for _where, length in _variant_axes(asl, ()):
+        for _where, length in variant_axes(asl, ()):
             count *= length
         assert count == compile_arg_spec_list(asl).count(), asl
+
+
+# --- the data-spec walker ---------------------------------------------------------------------
+
+def test_walker_yields_every_data_spec_with_its_path_in_document_order():
+    from param_compute.spec.walker import arg_spec_lists, data_specs
+
+    inner = {"type": "int", "value": 1}
+    nested = {"type": "genericlist", "value": [{"type": "tuple", "value": [inner]}, inner]}
+    raw = {"op": {"config": [{"build": [{"args": [nested]}],
+                              "input": [{"args": [_tensor([2]), 5], "kwargs": {"k": inner}},
+                                        "not an arg-spec-list"]}]},
+           "bad": {"config": "not a list"}, "worse": 7}
+    top = [(path, spec) for spec, path in data_specs(raw)]
+    assert top == [(("op", "config", 0, "build", 0, "args", 0), nested),
+                   (("op", "config", 0, "input", 0, "args", 0), _tensor([2])),
+                   (("op", "config", 0, "input", 0, "args", 1), 5),
+                   (("op", "config", 0, "input", 0, "kwargs", "k"), inner)]
+    every = [path for _, path in data_specs(raw, nested=True)]
+    assert every[:4] == [("op", "config", 0, "build", 0, "args", 0),
+                         ("op", "config", 0, "build", 0, "args", 0, "value", 0),
+                         ("op", "config", 0, "build", 0, "args", 0, "value", 0, "value", 0),
+                         ("op", "config", 0, "build", 0, "args", 0, "value", 1)]
+    assert len(every) == 7
+    assert [path for _, path in arg_spec_lists(raw)] == [("op", "config", 0, "build", 0),
+                                                         ("op", "config", 0, "input", 0)]
+    assert list(data_specs([1, 2])) == [] and list(data_specs(None)) == []
+
+
+def test_walker_ends_in_a_self_containing_list():
+    from param_compute.spec.walker import MAX_NESTED, nested_data_specs
+
+    loop = {"type": "genericlist", "value": []}
+    loop["value"].append(loop)
+    assert len(list(nested_data_specs(loop))) == MAX_NESTED
+
+
+def test_macro_arithmetic_sizes_ranges_beyond_int64_spans():
+    from param_compute.spec.macros import data_spec_axes, range_length, variant_count
+
+    assert range_length([1, 10]) == 10 and range_length([1, 10, 4]) == 3
+    assert range_length([5, 1]) == 0
+    assert range_length([-(2 ** 63), 2 ** 63 - 1]) == 2 ** 64
+    spec = _tensor([[1, 4], 3, [2, 8, 3]], dtype=["float", "half"], __list__=["dtype"],
+                   __range__=["shape"])
+    assert list(data_spec_axes(spec, ("a",))) == [(("a", "dtype"), 2), (("a", "shape", 0), 4),
+                                                  (("a", "shape", 2), 3)]
+    assert variant_count({"args": [spec], "kwargs": {"b": {"type": "bool", "value": [True, False],
+                                                           "__list__": ["value"]}}}) == 48

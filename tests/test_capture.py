@@ -22,15 +22,15 @@ from param_compute.capture import (CapturedWorkload, capture_execution_trace, ca
 from param_compute.capture.param_form import (ENUM_CODES, noted_configs, param_form_spec,
                                               to_param_form)
 from param_compute.capture.schema_args import is_view_op, schema_arguments
-from param_compute.console import ConsoleReporter
-from param_compute.data_generation import materialize
-from param_compute.engine import RunSummary
+from param_compute.results.sinks.console import ConsoleReporter
+from param_compute.runtime.data import materialize
+from param_compute.results.sinks.base import RunSummary
 from param_compute.errors import SpecError
-from param_compute.expansion import PlannedRun
-from param_compute.records import PassResult, RunRecord
-from param_compute.session import Toolchain
-from param_compute.torch_operators import AtenOperator
-from param_compute.workload_totals import WorkloadTotals
+from param_compute.plan.runplan import PlannedRun
+from param_compute.results.records import PassResult, RunRecord
+from param_compute.runtime.session import Toolchain
+from param_compute.operators.adapters import AtenOperator
+from param_compute.results.workload_totals import WorkloadTotals
 
 REPLAY = dict(warmup=1, iteration=2, throughput=False)
 
@@ -442,7 +442,7 @@ def test_cli_from_execution_trace_then_run_benchmark(captured, tmp_path):
     trace = _execution_trace(captured["convnet"]["step"], tmp_path / "trace.json")
     spec_path = tmp_path / "spec.json"
     result = run_cli("--from-et", trace, "-o", spec_path, "--skip-views",
-                     module="param_compute.capture")
+                     module="param_compute.cli.capture")
     assert result.returncode == 0, result.stderr
     assert "captured" in result.stdout and spec_path.exists()
     report = json.loads(report_path(spec_path).read_text())
@@ -468,12 +468,12 @@ def test_cli_run_captures_a_users_function(tmp_path):
     """))
     spec_path = tmp_path / "out.json"
     result = run_cli("--run", "user_step:step", "-o", spec_path, "--steps", "2",
-                     module="param_compute.capture", cwd=tmp_path)
+                     module="param_compute.cli.capture", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     spec = json.loads(spec_path.read_text())
     assert _counts(spec)["aten::addmm"] == 4  # two layers, two captured steps
     assert {"aten::threshold_backward", "aten::mm"} <= set(spec)
-    bad = run_cli("--run", "user_step:nothing", "-o", spec_path, module="param_compute.capture",
+    bad = run_cli("--run", "user_step:nothing", "-o", spec_path, module="param_compute.cli.capture",
                   cwd=tmp_path)
     assert bad.returncode == 2 and "nothing" in bad.stderr
 
@@ -627,7 +627,7 @@ def test_cli_param_form_reports_its_notes(tmp_path):
     """))
     spec_path = tmp_path / "out.json"
     result = run_cli("--run", "lookup_step:step", "-o", spec_path, "--param-form",
-                     module="param_compute.capture", cwd=tmp_path)
+                     module="param_compute.cli.capture", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     spec = json.loads(spec_path.read_text())
     to_copy = spec["aten::_to_copy"]["config"][0]["input"]  # float64 forward, float32 back

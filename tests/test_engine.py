@@ -12,7 +12,7 @@ import torch
 
 import param_compute
 from conftest import (EXAMPLES, REPO, read_results, run_cli, simple_op, tensor, write_spec)
-from param_compute.data_generation import DefaultDataGenerator, seed_for_run, seed_generators
+from param_compute.runtime.data import DefaultDataGenerator, seed_for_run, seed_generators
 
 LIGHT_SPECS = ["simple_add", "simple_add_range", "simple_mm", "simple_mm_range", "mm",
                "mm_range", "test_native_basic_ops", "aten_ops",
@@ -89,8 +89,10 @@ def test_failed_backward_keeps_the_forward_measurement():
 def test_continuous_mode_reports_the_mean_per_call():
     spec = simple_op("torch.add", tensor(8), tensor(8))
     [record] = param_compute.run(spec, warmup=3, iteration=50, exec_mode="continuous").records
-    assert len(record["metric"]["forward"]["measure.time"]) == 1
-    assert len(record["metric"]["forward"]["warmup.time"]) == 1
+    # issue 14: the loop is stamped in 10 blocks (5 calls each here), each block's mean a value
+    assert len(record["metric"]["forward"]["measure.time"]) == 10
+    assert record["metric"]["forward"]["measure.iterations"] == [50]
+    assert len(record["metric"]["forward"]["warmup.time"]) == 3
 
 
 def test_a_failing_run_becomes_an_error_record_and_the_run_goes_on(tmp_path):
@@ -176,7 +178,7 @@ def test_results_file_layout_and_output_prefix_naming(tmp_path):
     header, runs, finish = read_results(path)
     assert set(header) == {"run_options", "sys_info", "start_time"}
     assert header["run_options"]["iteration"] == 3
-    assert header["run_options"]["pass_type"] == "forward"
+    assert header["run_options"]["pass_type"] == "ExecutionPass.FORWARD"  # PARAM's form
     assert header["sys_info"]["pytorch_version"] == torch.__version__
     assert json.loads(json.dumps(header)) == header  # plain JSON values only
     [run] = runs
@@ -241,13 +243,13 @@ def test_missing_input_data_generator_warns_and_uses_the_default(tmp_path):
     assert "no input_data_generator; using PyTorch:DefaultDataGenerator" in result.stderr
 
 
-def test_readme_demo_and_library_example_run(tmp_path):
+def test_readme_demo_and_library_example_run(tmp_path, capsys):
     demo = run_cli("-c", EXAMPLES / "simple_add.json", "--output", tmp_path / "demo.json")
     assert demo.returncode == 0 and "torch.add" in demo.stderr and "1 measured" in demo.stderr
-    import subprocess
-    import sys
+    import runpy
 
-    library = subprocess.run([sys.executable, str(REPO / "examples" / "library_use.py")],
-                             capture_output=True, text=True, timeout=120)
-    assert library.returncode == 0, library.stderr
-    assert "torch.nn.functional.layer_norm" in library.stdout and "median" in library.stdout
+    capsys.readouterr()
+    runpy.run_path(str(REPO / "examples" / "library_use.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "torch.nn.functional.layer_norm" in printed and "median" in printed
+    assert "7 measured, 0 failed" in printed  # 3 layer_norm + 4 softmax (inclusive range)

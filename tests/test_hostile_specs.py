@@ -30,11 +30,13 @@ from typing import Dict, NamedTuple
 import pytest
 import torch
 
-from param_compute import spec_loader
+from conftest import run_cli
+from param_compute.spec import limits as spec_loader_limits
+from param_compute.spec import loader as spec_loader
 from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
-from param_compute.resolution import FUNCTION_NAMESPACES, OperatorResolver
-from param_compute.session import Toolchain
-from param_compute.validation import MAX_OPERATORS, MAX_PROBLEMS
+from param_compute.operators.resolution import FUNCTION_NAMESPACES, OperatorResolver
+from param_compute.runtime.session import Toolchain
+from param_compute.spec.limits import MAX_OPERATORS, MAX_PROBLEMS
 
 HOSTILE = Path(__file__).resolve().parent / "hostile_specs"
 CORE = Path(__file__).resolve().parent / "bad_specs"
@@ -154,9 +156,14 @@ CASES: Dict[str, Case] = {
         "SplitTableBatchedEmbeddingBagsCodegen.config[0]",
         "SplitTableBatchedEmbeddingBagsCodegenInputIterator cannot expand this config: "
         "ValueError"),
+    # memory: a view's storage is sized by its strides; a lazy range must not be listed
+    "stride_longer_than_ranged_shape.json": Case("args[0].stride",
+                                                 "stride has 3 entries but the shape has 2 dims"),
+    "tbe_batch_range_step_zero.json": Case("SplitTableBatchedEmbeddingBagsCodegen.config[0]",
+                                           "__range__ step must be positive, got 0"),
 }
 
-#: Through the real command line (each subprocess imports torch: keep this short).
+#: Through the command line's ``main(argv)`` as well.
 CLI_CASES = ["giant_int_literal.json", "lone_surrogate_value.json",
              "escape_sequence_in_op_name.json", "refused_jit_internal_reexport.json"]
 
@@ -278,14 +285,16 @@ def test_huge_string_value(toolchain, tmp_path):
 
 
 def test_a_million_operators(toolchain, tmp_path):
-    """A 40 MB spec of 10^6 operators: refused by its size in values, in seconds."""
+    """A 40 MB spec of 10^6 operators (7 million values, within the value limit): refused by the
+    operator limit, in seconds."""
     op = json.dumps({"config": [{"input": [{}]}]})
     path = tmp_path / "million.json"
     with path.open("w") as stream:
         stream.write("{" + ",".join(f'"op{i}": {op}' for i in range(1_000_000)) + "}")
     start = time.perf_counter()
     error = _load_error(toolchain, path)
-    _assert_reported(error, Case(TOP, "spec has more than 1000000 values"))
+    _assert_reported(error, Case(TOP, f"spec has 1000000 operators, over the {MAX_OPERATORS} "
+                                      "limit"))
     assert time.perf_counter() - start < 60
 
 
@@ -484,7 +493,7 @@ def test_lookups_import_nothing_and_call_nothing(tmp_path):
     path.write_text(json.dumps(spec))
     script = ("import sys, warnings\n"
               "warnings.simplefilter('error')\n"
-              "from param_compute.session import Toolchain\n"
+              "from param_compute.runtime.session import Toolchain\n"
               "from param_compute.errors import SpecError\n"
               "toolchain = Toolchain.start()\n"
               "before = set(sys.modules)\n"
@@ -513,18 +522,11 @@ def cli_results(tmp_path_factory):
                     + "]}" * 5000 + "]}]}]}}")
     specs = {name: HOSTILE / name for name in CLI_CASES}
     specs["deep_5000.json"] = deep
-    started = {}
+    results = {}
     for name, spec in specs.items():
         output = tmp / f"{name}.results.jsonl"
-        command = [sys.executable, "-m", "param_compute.run_benchmark", "-c", str(spec),
-                   "--dry-run", "--output", str(output), "--no-progress"]
-        started[name] = (subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, encoding="utf-8", errors="strict"),
-                         spec, output)
-    results = {}
-    for name, (process, spec, output) in started.items():
-        _stdout, stderr = process.communicate(timeout=300)
-        results[name] = (process.returncode, stderr, spec, output)
+        done = run_cli("-c", spec, "--dry-run", "--output", output)
+        results[name] = (done.returncode, done.stderr, spec, output)
     return results
 
 
@@ -538,3 +540,57 @@ def test_hostile_spec_on_the_command_line(cli_results, name):
     assert case.path in stderr and case.message in stderr, stderr
     assert "\x1b" not in stderr and "\x07" not in stderr, "no terminal escape reaches stderr"
     assert not output.exists()
+
+
+# --- production-scale specs: large but legal is accepted, the other limits still hold ----------
+
+def _big_list_spec(items: int, odd: dict = None, at: int = 0) -> dict:
+    """torch.add of a tensor and a genericlist of ``items`` ints (3 values each): over the value
+    limit of before (10^6); ``odd`` replaces item ``at``."""
+    values = [{"type": "int", "value": i} for i in range(items)]
+    if odd is not None:
+        values[at] = odd
+    return _op(_tensor(2), {"type": "genericlist", "value": values})
+
+
+def test_a_large_legal_spec_is_accepted_in_seconds(toolchain, tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(_big_list_spec(400_000)))
+    start = time.perf_counter()
+    spec = toolchain.load(path)
+    assert time.perf_counter() - start < 30
+    assert len(spec.operators[0].configs[0]["input"][0]["args"][1]["value"]) == 400_000
+
+
+def test_a_large_list_with_one_macro_is_checked_in_full_in_seconds(toolchain):
+    """Not plain (a ranged item): the full checks see all 300,000 items, still in seconds."""
+    spec = _big_list_spec(300_000, {"type": "int", "value": [1, 3], "__range__": ["value"]})
+    asl = spec["torch.add"]["config"][0]["input"][0]
+    asl["args"][1]["__range__"] = ["value"]
+    spec["torch.add"]["input_iterator"] = "RangeConfigIterator"
+    start = time.perf_counter()
+    assert toolchain.load(spec).operators[0].name == "torch.add"
+    assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("odd, where, message", [
+    ({"type": "str", "value": "x" * 20_000}, "value[123456].value",
+     "string of 20000 characters, over the 10000"),
+    ({"type": "int", "value": 2 ** 63}, "value[123456].value",
+     "integer 9223372036854775808 is out of range"),
+    ({"type": "genericlist", "value": [{"type": "genericlist", "value": []}]}, "",
+     "unknown key 'value'"),
+])
+def test_limits_still_hold_inside_a_large_spec(toolchain, odd, where, message):
+    if not where:  # nest deeper than the depth limit at one item
+        for _ in range(40):
+            odd = {"type": "genericlist", "value": [odd]}
+        where, message = "torch.add", "nested more than 64 levels deep"
+    error = _load_error(toolchain, _big_list_spec(200_000, odd, at=123_456))
+    _assert_reported(error, Case(where, message))
+
+
+def test_value_limit_still_refuses():
+    problems = spec_loader_limits.json_value_problems([[0] * 10] * 200, max_values=1000)
+    assert [p.message for p in problems] == ["spec has more than 1000 values"]
+    assert spec_loader_limits.MAX_JSON_VALUES >= 10 ** 8

@@ -9,7 +9,6 @@ import csv
 import json
 import os
 import shlex
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,17 +17,19 @@ from types import SimpleNamespace
 import pytest
 
 import param_compute
-from conftest import simple_op, tensor, write_spec
-from param_compute import annotations
-from param_compute.annotations import NCU_ITERATION_FILTER, iteration_range_name
-from param_compute.engine import RunSummary
+from conftest import run_cli, simple_op, tensor, write_spec
+from param_compute.profiling import ranges as annotations
+from param_compute.profiling.ranges import NCU_ITERATION_FILTER, iteration_range_name
+from param_compute.results.sinks.base import RunSummary
 from param_compute.errors import OptionsError
-from param_compute.expansion import PlannedRun
-from param_compute.nsight import BatchProfiler, BatchSettings, Profiler, find_binary
-from param_compute.options import RunOptions
-from param_compute.records import STATUS_ERROR, STATUS_OK, RunError, RunRecord
-from param_compute.tools import ncu_report, nsys_report
-from param_compute.tools.profiles import parse_iteration_range
+from param_compute.plan.runplan import PlannedRun
+from param_compute.plan.runkey import RunKey
+from param_compute.profiling.batches import BatchProfiler
+from param_compute.profiling.nsight import BatchSettings, Profiler, find_binary
+from param_compute.runtime.options import RunOptions
+from param_compute.results.records import STATUS_ERROR, STATUS_OK, RunError, RunRecord
+from param_compute.profiling import ncu_report, nsys_report
+from param_compute.profiling.profiles import parse_iteration_range
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -64,11 +65,17 @@ def calls(fakes, tool=None):
     return [line for line in lines if tool is None or line["tool"] == tool]
 
 
-def run_main(*args, env, module="param_compute.run_benchmark", timeout=300):
-    command = [sys.executable, "-m", module, *map(str, args)]
-    if module == "param_compute.run_benchmark":
-        command.append("--no-progress")
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+def run_main(*args, env, module="param_compute.cli.run_benchmark"):
+    """``main(argv)`` of a tool in this process with ``env`` as its environment (the profilers
+    and the batch children it starts are real processes)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return run_cli(*args, module=module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def lines_of(path):
@@ -124,7 +131,7 @@ def test_seven_configs_batch_size_three(tmp_path, fakes):
         argv = launch["argv"]
         assert argv[:8] == ["--csv", "--log-file", batch["ncu_file"], "--target-processes",
                             "all", "--nvtx", "--nvtx-include", NCU_ITERATION_FILTER]
-        assert argv[8:12] == [sys.executable, "-m", "param_compute.run_batch", "--batch-file"]
+        assert argv[8:12] == [sys.executable, "-m", "param_compute.profiling.batch_child", "--batch-file"]
         assert not Path(argv[12]).parent.exists()  # the private batch directory is gone
         assert shlex.split(batch["ncu_cmd_str"]) == [str(fakes.bin / "ncu"), *argv]
         document = launch["batch"]
@@ -139,7 +146,7 @@ def test_seven_configs_batch_size_three(tmp_path, fakes):
         config = batch["config"]  # PARAM's batch config
         assert config["op_name"] == "torch.add" and config["config_build_id"] == "0|0"
         assert [i["id"] for i in config["op_info"]["config"][0]["input"]] == \
-            [e.rsplit("|", 1)[1] for e in expected]
+            [RunKey.from_id("torch.add", e).input for e in expected]
         assert config["run_options"]["iteration"] == 1
         assert Path(batch["ncu_file"]).is_file()
         assert Path(batch["ncu_file"]).parent == tmp_path
@@ -151,7 +158,7 @@ def test_seven_configs_batch_size_three(tmp_path, fakes):
     # the report joins the kernels of the three logs back to the seven run ids
     table = tmp_path / "kernels.csv"
     report = run_main(out, "--metric", "DRAM Throughput", "--csv", table, env=fakes.env,
-                      module="param_compute.tools.ncu_report")
+                      module="param_compute.profiling.ncu_report")
     assert report.returncode == 0, report.stdout + report.stderr
     with open(table, newline="") as stream:
         rows = list(csv.DictReader(stream))
@@ -200,10 +207,23 @@ def test_batches_never_mix_builds_or_operators_and_follow_resume_stop(tmp_path, 
 class _Writer:
     def __init__(self):
         self.lines = []
-        self.finish_extra = {}
 
     def write_line(self, value):
         self.lines.append(value)
+
+
+def _done(sink, run, record):
+    """What the engine does for one run: the before_run hook, then run_done."""
+    sink.before_run(run)
+    sink.run_done(run, record)
+
+
+def _end(sink, summary):
+    """What the engine does at the end: end_runs, then the declared finish fields."""
+    sink.end_runs(summary)
+    fields = sink.finish_fields(summary)
+    sink.finish(summary)
+    return fields
 
 
 def _run(op_index, config_index, build_id, input_id, op_name="torch.add"):
@@ -226,28 +246,30 @@ def test_batch_queue_in_process(monkeypatch):
     sink = BatchProfiler(settings, spec=None, options=RunOptions(), results=Path("r.json"),
                          writer=_Writer())
     a, b, c, d, e = (_run(0, 0, "0", str(i)) for i in range(5))
-    sink.run_done(a, _record(a))
-    sink.run_done(b, _record(b, STATUS_ERROR))  # failed: not profiled
-    sink.run_done(c, None)  # skipped
-    sink.run_done(d, _record(d))
-    assert launched == []  # full, launched when the next run is done
-    sink.run_done(e, _record(e))
+    _done(sink, a, _record(a))
+    _done(sink, b, _record(b, STATUS_ERROR))  # failed: not profiled
+    _done(sink, c, None)  # skipped
+    _done(sink, d, _record(d))
+    assert launched == []  # full, launched before the next run
+    sink.before_run(e)
     assert launched == [["0|0|0", "0|0|3"]]
+    sink.run_done(e, _record(e))
     other_build = _run(0, 0, "1", "0")
-    sink.run_done(other_build, _record(other_build))
+    _done(sink, other_build, _record(other_build))
     assert launched[-1] == ["0|0|4"]
-    sink.finish(RunSummary())
+    fields = _end(sink, RunSummary())
     assert launched[-1] == ["0|1|0"]
-    assert sink.writer.finish_extra["profiled_batches"] == {"ncu": {"ok": 0, "failed": 0}}
+    assert fields == {"profiled_batches": {"ncu": {"ok": 0, "failed": 0}}}
+    assert sink.summary_lines(RunSummary()) == ["ncu: 0 batches profiled"]
 
     launched.clear()
-    sink.run_done(a, _record(a))
-    sink.finish(RunSummary(interrupted=2))
+    _done(sink, a, _record(a))
+    _end(sink, RunSummary(interrupted=2))
     assert launched == [] and sink.queue == []
 
 
 def test_interrupted_batch_is_recorded_and_the_summary_still_written(tmp_path, monkeypatch):
-    from param_compute.signals import Interrupted
+    from param_compute.runtime.signals import Interrupted
 
     def interrupted(self, command, prefix):
         raise Interrupted(2)
@@ -262,14 +284,16 @@ def test_interrupted_batch_is_recorded_and_the_summary_still_written(tmp_path, m
     sink = BatchProfiler(BatchSettings((Profiler("ncu", "ncu"),)), spec, RunOptions(),
                          tmp_path / "r.json", writer)
     run = _run(0, 0, "0", "0")
-    sink.run_done(run, _record(run))
+    _done(sink, run, _record(run))
     summary = RunSummary()
-    sink.finish(summary)  # the last flush is interrupted: recorded, and the summary says so
-    assert summary.interrupted == 2
+    with pytest.raises(Interrupted):  # the last flush is interrupted: recorded, then raised
+        sink.end_runs(summary)
     (line,) = writer.lines
     assert line["status"] == "error" and line["error"] == "interrupted by SIGINT"
     assert line["exit_status"] is None and line["start_run_id"] == "0|0|0"
-    assert writer.finish_extra["profiled_batches"] == {"ncu": {"ok": 0, "failed": 1}}
+    assert sink.finish_fields(summary) == {"profiled_batches": {"ncu": {"ok": 0, "failed": 1}}}
+    assert sink.summary_lines(summary) == ["ncu: 1 batches profiled, 1 failed"]
+    summary.interrupted = 2  # what the engine records for a signal in end_runs
     assert sink.exit_status(summary) == 130
 
 
@@ -295,10 +319,10 @@ def test_args_file_device_iterations_and_nsys(tmp_path, fakes):
     ncu_record, nsys_record = lines[3], lines[4]
     assert ncu_call["argv"][8:12] == ["--metrics", "dram__bytes.sum", "--section",
                                       "SpeedOfLight"]  # the args file, after the defaults
-    assert ncu_call["argv"][12:15] == [sys.executable, "-m", "param_compute.run_batch"]
+    assert ncu_call["argv"][12:15] == [sys.executable, "-m", "param_compute.profiling.batch_child"]
     assert nsys_call["argv"][:5] == ["profile", "-t", "cuda,nvtx", "-o",
                                      nsys_record["nsys_file"]]
-    assert nsys_call["argv"][5:8] == [sys.executable, "-m", "param_compute.run_batch"]
+    assert nsys_call["argv"][5:8] == [sys.executable, "-m", "param_compute.profiling.batch_child"]
     assert nsys_record["nsys_file"].endswith(".nsys-rep")
     assert ncu_call["CUDA_VISIBLE_DEVICES"] == nsys_call["CUDA_VISIBLE_DEVICES"] == "5"
     assert ncu_record["batch_cuda_device"] == "5"
@@ -311,7 +335,7 @@ def test_args_file_device_iterations_and_nsys(tmp_path, fakes):
 
     table = tmp_path / "ncu.csv"
     report = run_main(out, "-m", "dram throughput", "-m", "Registers Per Thread", "--csv",
-                      table, env=fakes.env, module="param_compute.tools.ncu_report")
+                      table, env=fakes.env, module="param_compute.profiling.ncu_report")
     assert report.returncode == 0, report.stdout + report.stderr
     with open(table, newline="") as stream:
         rows = list(csv.DictReader(stream))
@@ -322,7 +346,7 @@ def test_args_file_device_iterations_and_nsys(tmp_path, fakes):
     assert float(rows[0]["Registers Per Thread"]) == 32
 
     table = tmp_path / "nsys.csv"
-    report = run_main(out, "--csv", table, env=fakes.env, module="param_compute.tools.nsys_report")
+    report = run_main(out, "--csv", table, env=fakes.env, module="param_compute.profiling.nsys_report")
     assert report.returncode == 0, report.stdout + report.stderr
     with open(table, newline="") as stream:
         rows = list(csv.DictReader(stream))
@@ -355,7 +379,7 @@ def test_profiler_failing_or_killed_is_recorded_and_the_run_goes_on(tmp_path, fa
     assert lines[-1]["runs_ok"] == 7 and lines[-1]["runs_failed"] == 0
     assert "ncu batch 0|0|0_0 .. 0|0|0_2 failed: ncu exited with status 3" in result.stderr
 
-    report = run_main(out, env=fakes.env, module="param_compute.tools.ncu_report")
+    report = run_main(out, env=fakes.env, module="param_compute.profiling.ncu_report")
     assert report.returncode == 1
     assert "failed (ncu was killed by signal 9 (SIGKILL))" in report.stdout
     assert "1 kernel launches joined to 1 run passes" in report.stdout
@@ -456,7 +480,7 @@ def test_find_binary_path_then_newest_install(tmp_path, monkeypatch):
         install_fake(versions / version, "ncu")
     (versions / "2025.1.0").mkdir()
     (versions / "2025.1.0" / "ncu").write_text("not executable")
-    monkeypatch.setitem(param_compute.nsight.INSTALL_LOCATIONS, "ncu",
+    monkeypatch.setitem(param_compute.profiling.nsight.INSTALL_LOCATIONS, "ncu",
                         (str(tmp_path / "cuda" / "bin" / "ncu"), str(versions / "*" / "ncu")))
     assert find_binary("ncu") == str(versions / "2024.10.1" / "ncu")
     on_path = install_fake(tmp_path / "bin", "ncu")
@@ -464,7 +488,7 @@ def test_find_binary_path_then_newest_install(tmp_path, monkeypatch):
     assert find_binary("ncu") == str(on_path)
     assert find_binary("ncu", "ncu") == str(on_path)
     with pytest.raises(OptionsError, match="Nsight Systems .nsys. not found"):
-        monkeypatch.setitem(param_compute.nsight.INSTALL_LOCATIONS, "nsys", ())
+        monkeypatch.setitem(param_compute.profiling.nsight.INSTALL_LOCATIONS, "nsys", ())
         find_binary("nsys")
 
 
@@ -480,7 +504,7 @@ def test_iteration_ranges_only_with_the_child_option(monkeypatch):
             return fn()
         return call
 
-    monkeypatch.setattr("param_compute.executor.iteration_ranges", recording)
+    monkeypatch.setattr("param_compute.runtime.executor.iteration_ranges", recording)
     spec = simple_op("torch.mm", tensor(4, 3), tensor(3, 2))
     param_compute.run(spec, warmup=2, iteration=3, backward=True)
     assert opened == []  # the main run's timed loop is untouched
@@ -510,7 +534,7 @@ def _results_with_batch(tmp_path, log_name, run_ids, status="ok"):
              "end_run_id": run_ids[-1], "status": status, "exit_status": 0,
              "config": {"op_name": "torch.mm", "config_build_id": "0|0",
                         "op_info": {"config": [{"build": None, "input": [
-                            {"id": r.rsplit("|", 1)[1]} for r in run_ids]}]},
+                            {"id": RunKey.from_id("op", r).input} for r in run_ids]}]},
                         "run_options": {"iteration": 2}}}
     results.write_text("".join(json.dumps(v) + "\n" for v in (
         header, {"op_name": "torch.mm", "id": run_ids[0], "status": "ok"}, batch,

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
-from param_compute.config_summary import (dtypes_summary, estimate_cost, params_summary,
+from param_compute.plan.summary import (dtypes_summary, estimate_cost, params_summary,
                                           shapes_summary, varying_features)
-from param_compute.exporters import CSV_COLUMNS
+from param_compute.results.sinks.export import CSV_COLUMNS
 
 SWEEP = {
     **simple_op("torch.add", tensor(16, 32), {"type": "int", "value": [1, 4],
@@ -88,13 +88,13 @@ def test_oss_json_is_the_benchmark_database_layout(exported):
 def test_exporters_command_converts_a_results_file(exported, tmp_path):
     tmp, _ = exported
     result = run_cli(tmp / "r.json", "--csv", tmp_path / "again.csv", "--oss-json",
-                     tmp_path / "again.json", module="param_compute.exporters")
+                     tmp_path / "again.json", module="param_compute.results.sinks.export")
     assert result.returncode == 0, result.stderr
     assert _csv(tmp_path / "again.csv") == _csv(tmp / "r.csv")
     assert json.loads((tmp_path / "again.json").read_text()) == json.loads(
         (tmp / "r_oss.json").read_text())
     bad = run_cli(tmp_path / "missing.json", "--csv", tmp_path / "x.csv",
-                  module="param_compute.exporters")
+                  module="param_compute.results.sinks.export")
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -122,3 +122,74 @@ def test_config_summaries():
     columns, aliases = varying_features([
         {"input": {"args": [tensor(4, n), tensor(n, 8)]}} for n in (1, 2, 3)])
     assert list(columns) == ["arg0.shape[1]"] and aliases["arg0.shape[1]"] == ["arg1.shape[0]"]
+
+
+class _Declaring:
+    """A sink that writes lines of its own through the results sink and declares what it adds
+    to the finish line and the summary; it sits *after* the results sink."""
+
+    def __init__(self, writer, interrupt_at_end=False):
+        self.writer = writer
+        self.interrupt_at_end = interrupt_at_end
+        self.seen = []
+
+    def start(self, total):
+        pass
+
+    def before_run(self, run):
+        if self.seen:
+            self.writer.write_line({"note": f"after {self.seen[-1]}"})
+
+    def run_done(self, run, record):
+        self.seen.append(run.id)
+
+    def end_runs(self, summary):
+        self.writer.write_line({"note": "end"})
+        if self.interrupt_at_end:
+            from param_compute.runtime.signals import Interrupted
+
+            raise Interrupted(15)
+
+    def finish_fields(self, summary):
+        return {"notes_written": len(self.seen)}
+
+    def summary_lines(self, summary):
+        return [f"declaring sink: {len(self.seen)} runs seen"]
+
+    def finish(self, summary):
+        pass
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+def test_sinks_declare_finish_fields_and_summary_lines_in_any_order(tmp_path, interrupt):
+    import io
+
+    from rich.console import Console
+
+    from param_compute.results.file import read_results as read_file
+    from param_compute.results.sinks.console import ConsoleReporter
+    from param_compute.results.sinks.jsonl import JsonlResultWriter
+    from param_compute.runtime.engine import Engine
+    from param_compute.runtime.options import RunOptions
+    from param_compute.runtime.toolchain import Toolchain
+
+    toolchain = Toolchain.start()
+    spec = toolchain.load(simple_op("torch.add", tensor([1, 3], __range__=["shape"]),
+                                    iterator="RangeConfigIterator"))
+    options = RunOptions(dry_run=True)
+    path = tmp_path / "r.json"
+    header = {"run_options": options.to_json(), "sys_info": {}, "start_time": "t"}
+    writer = JsonlResultWriter(path, header)
+    printed = io.StringIO()
+    console = ConsoleReporter(str(path), progress=False,
+                              console=Console(file=printed, width=200))
+    declaring = _Declaring(writer, interrupt)
+    summary = Engine(spec, options, toolchain, [writer, console, declaring]).run()
+    read = read_file(path)
+    notes = [value["note"] for _, value in read.extras]
+    assert notes == ["after 0|0|0_0", "after 0|0|0_1", "end"]  # between the runs, in order
+    assert [line for line, _ in read.extras] == [3, 5, 7]
+    assert read.finish["notes_written"] == 3 and read.finish["runs_dry"] == 3
+    assert "declaring sink: 3 runs seen" in printed.getvalue()
+    assert summary.finish_fields == {"notes_written": 3}
+    assert read.finish.get("interrupted") == ("SIGTERM" if interrupt else None)

@@ -138,7 +138,7 @@ def _range_spec(tmp_path, runs: int, size: int = 4):
 
 
 def _start(*args):
-    return subprocess.Popen([sys.executable, "-m", "param_compute.run_benchmark",
+    return subprocess.Popen([sys.executable, "-m", "param_compute.cli.run_benchmark",
                              "--no-progress", *map(str, args)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

@@ -11,8 +11,9 @@ import pytest
 import param_compute
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.errors import OptionsError
-from param_compute.merge import main as merge_main
-from param_compute.sharding import Shard, lpt_assign, natural_key, resolve_shard
+from param_compute.results.merge import main as merge_main
+from param_compute.plan.runkey import id_order
+from param_compute.plan.sharding import Shard, lpt_assign, resolve_shard
 
 SPEC = {
     # an expensive matmul sweep and many cheap adds: round robin would be badly unbalanced
@@ -61,10 +62,10 @@ def test_resolve_shard_from_option_and_torchrun_environment():
     assert str(shard.path("r")) == "r.shard0of2"
 
 
-def test_natural_key_orders_ids_as_the_plan_does():
+def test_run_key_order_sorts_ids_as_the_plan_does():
     ops = ["b", "a"]
     ids = ["0|0|0_2", "0|0|0_10", "0|0|1_0", "1|0|0", "1|0_1|3"]
-    keys = [natural_key(ops, "b", i) for i in ids] + [natural_key(ops, "a", "0|0|0")]
+    keys = [id_order(ops, "b", i) for i in ids] + [id_order(ops, "a", "0|0|0")]
     assert keys == sorted(keys)
 
 
@@ -98,7 +99,7 @@ def test_shards_split_the_runs_by_estimated_cost(sharded):
 
 
 def _merge(*args):
-    return run_cli(*args, module="param_compute.merge")
+    return run_cli(*args, module="param_compute.results.merge")
 
 
 def test_merge_restores_the_unsharded_order(sharded):
@@ -154,7 +155,7 @@ def test_merge_refuses_what_does_not_fit(sharded, tmp_path, capsys):
 def test_torchrun_two_processes_shard_and_merge(shared_configs, tmp_path):
     spec = shared_configs / "simple_add_range.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", "-m", "param_compute.run_benchmark", "-c", str(spec),
+               "--nproc-per-node", "2", "-m", "param_compute.cli.run_benchmark", "-c", str(spec),
                "-w", "0", "-i", "1", "--output", str(tmp_path / "out.json"), "--no-progress"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

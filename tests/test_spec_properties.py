@@ -21,6 +21,7 @@ import math
 import os
 from pathlib import Path
 from typing import Any, List
+from unittest import mock
 
 import pytest
 
@@ -30,18 +31,20 @@ from hypothesis import strategies as st  # noqa: E402
 
 import param_compute  # noqa: E402
 from param_compute.errors import SpecError  # noqa: E402
-from param_compute.expansion import count_runs  # noqa: E402
-from param_compute.session import Toolchain  # noqa: E402
-from param_compute.spec_loader import parse_spec_text  # noqa: E402
-from param_compute.validation import BenchmarkSpec  # noqa: E402
+from param_compute.plan.runplan import count_runs  # noqa: E402
+from param_compute.runtime.session import Toolchain  # noqa: E402
+from param_compute.spec.loader import parse_spec_text  # noqa: E402
+from param_compute.spec import fastpath  # noqa: E402
+from param_compute.spec.model import BenchmarkSpec  # noqa: E402
 
 from conftest import EXAMPLES  # noqa: E402
 
 #: Dry runs of valid specs above this many runs are skipped (validation itself still ran).
 MAX_DRY_RUNS = 10_000
 
-#: Examples per property; PARAM_COMPUTE_HYPOTHESIS_EXAMPLES=5000 for a deeper search.
-EXAMPLES_PER_PROPERTY = int(os.environ.get("PARAM_COMPUTE_HYPOTHESIS_EXAMPLES", "250"))
+#: Examples per property (kept small for CI); PARAM_COMPUTE_HYPOTHESIS_EXAMPLES=5000 for a deeper
+#: search.
+EXAMPLES_PER_PROPERTY = int(os.environ.get("PARAM_COMPUTE_HYPOTHESIS_EXAMPLES", "60"))
 SETTINGS = settings(max_examples=EXAMPLES_PER_PROPERTY, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
@@ -428,3 +431,88 @@ def test_nan_and_infinity_never_pass(toolchain, value):
             "extra": value}
     error = check_outcome(toolchain, spec, dry_run=False)
     assert isinstance(error, SpecError)
+
+
+# --- the fast path decides nothing -------------------------------------------------------------
+
+def _outcome(toolchain: Toolchain, raw: Any) -> Any:
+    """What validation says about ``raw``, in a comparable form."""
+    try:
+        spec = toolchain.validate(raw, "<x>")
+    except SpecError as error:
+        return ("invalid", [(p.path, p.message, p.hint) for p in error.problems])
+    return ("valid", spec.operators, spec.warnings)
+
+
+def check_fast_path_agrees(toolchain: Toolchain, raw: Any) -> None:
+    """``spec.fastpath`` only skips checks that would find nothing: validating with it and with
+    every check in full gives the same problems, or the same spec and warnings."""
+    fast = _outcome(toolchain, raw)
+    with mock.patch.object(fastpath, "scan", return_value=None):
+        full = _outcome(toolchain, copy.deepcopy(raw))
+    assert fast == full
+
+
+#: Values near the edges of what a plain data spec may hold.
+EDGE_SCALARS = (st.sampled_from([0, 1, -1, 7, 2 ** 63 - 1, 2 ** 63, -(2 ** 63) - 1, 2.5, -0.5,
+                                 1e308, True, False, None, "", "inf", "-inf", "nan", "cpu",
+                                 "cuda", "cuda:0", "cuda:", "cuda:x", "gpu", "float", "half",
+                                 "int", "bool", "flaot", "strided", "jagged", "channels_last",
+                                 "x" * 10_001, "caf\u00e9", "\ud800", "a\nb"])
+                | st.integers(-3, 9))
+
+
+@st.composite
+def near_plain_data_specs(draw, depth: int = 0):
+    """Data specs of every type that are plain or one small step away from plain."""
+    arg_type = draw(st.sampled_from(TYPES))
+    spec: dict = {"type": arg_type}
+    if arg_type == "tensor":
+        spec["dtype"] = draw(st.sampled_from(DTYPES) | EDGE_SCALARS)
+        spec["shape"] = draw(st.lists(EDGE_SCALARS, max_size=3) | EDGE_SCALARS)
+    elif arg_type in ("genericlist", "tuple"):
+        spec["value"] = (draw(st.lists(near_plain_data_specs(depth + 1), max_size=3))
+                         if depth < 2 else [])
+    elif draw(st.integers(0, 5)):
+        spec["value"] = draw(EDGE_SCALARS)
+    optional = ["name", "requires_grad", "stride", "storage_offset", "device", "value_range",
+                "run_device", "value", "dtype"]
+    for key in draw(st.lists(st.sampled_from(optional), max_size=2, unique=True)):
+        spec[key] = draw(EDGE_SCALARS | st.lists(EDGE_SCALARS, max_size=3))
+    return spec
+
+
+@st.composite
+def near_plain_specs(draw):
+    inputs = [{"args": draw(st.lists(near_plain_data_specs(), max_size=3))}
+              for _ in range(draw(st.integers(1, 2)))]
+    if draw(st.booleans()):
+        inputs[0]["kwargs"] = {"k": draw(near_plain_data_specs())}
+    if draw(st.integers(0, 3)) == 0:
+        inputs[0]["count"] = draw(EDGE_SCALARS)
+    entry = {"input": inputs}
+    if draw(st.integers(0, 3)) == 0:
+        entry["build"] = [{"args": [draw(near_plain_data_specs())]}]
+    op = {"input_data_generator": "PyTorch:DefaultDataGenerator", "config": [entry]}
+    if draw(st.integers(0, 3)) == 0:
+        op["input_iterator"] = draw(st.sampled_from(ITERATORS))
+    return {draw(st.sampled_from(["torch.add", "torch.mm", "aten::mul"])): op}
+
+
+@SETTINGS
+@given(value=near_plain_specs())
+def test_fast_path_agrees_on_near_plain_specs(toolchain, value):
+    check_fast_path_agrees(toolchain, value)
+
+
+@SETTINGS
+@given(value=spec_shaped())
+def test_fast_path_agrees_on_random_spec_shaped_values(toolchain, value):
+    check_fast_path_agrees(toolchain, value)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fast_path_agrees_on_mutated_examples(toolchain, data):
+    bases = _load_bases(_valid_spec_files())
+    check_fast_path_agrees(toolchain, data.draw(mutated(bases)))

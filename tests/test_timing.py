@@ -8,12 +8,12 @@ import io
 import pytest
 from rich.console import Console
 
-from param_compute.console import ConsoleReporter
-from param_compute.engine import RunSummary
-from param_compute.expansion import PlannedRun
-from param_compute.records import PassResult, RunRecord
-from param_compute.stats import quantile, summarize
-from param_compute.timing import ExecMode, HostClock, time_calls
+from param_compute.results.sinks.console import ConsoleReporter
+from param_compute.results.sinks.base import RunSummary
+from param_compute.plan.runplan import PlannedRun
+from param_compute.results.records import PassResult, RunRecord
+from param_compute.results.stats import quantile, summarize
+from param_compute.runtime.timing import ExecMode, HostClock, block_sizes, spent_ms, time_calls
 
 
 class FakeClock:
@@ -58,11 +58,17 @@ def test_discrete_times_each_call_alone_with_a_barrier_before_each():
     assert clock.log == ["barrier", "stamp", "call", "stamp"] * 3 + ["sync"]
 
 
-def test_continuous_times_the_loop_as_a_whole():
+def test_continuous_stamps_block_boundaries_back_to_back_and_keeps_block_means():
     clock = FakeClock()
     times = time_calls(make_op(clock, [1.0, 2.0, 3.0, 6.0]), 4, clock, ExecMode.CONTINUOUS)
-    assert times == [3.0]
-    assert clock.log == ["sync", "stamp"] + ["call"] * 4 + ["stamp", "sync"]
+    assert times == [1.0, 2.0, 3.0, 6.0]  # fewer calls than blocks: one call per block
+    assert clock.log == ["sync", "stamp"] + ["call", "stamp"] * 4 + ["sync"]
+    clock = FakeClock()
+    times = time_calls(make_op(clock, [1.0] * 50 + [3.0] * 50), 100, clock, ExecMode.CONTINUOUS)
+    assert times == [1.0] * 5 + [3.0] * 5  # ten blocks of ten calls, each block's mean
+    assert clock.log.count("sync") == 2 and clock.log.count("stamp") == 11  # no sync between
+    assert block_sizes(23) == [3, 3, 3, 2, 2, 2, 2, 2, 2, 2] and block_sizes(3) == [1, 1, 1]
+    assert spent_ms([2.0] * 3 + [1.0] * 7, 23, ExecMode.CONTINUOUS) == 2.0 * 9 + 1.0 * 14
 
 
 def test_continuous_events_stamps_every_call_and_synchronizes_once():

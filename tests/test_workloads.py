@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import param_compute.registry as registry
-from param_compute.registry import REGISTRIES, Registries
+from param_compute.plugins.loading import load_plugins
+from param_compute.plugins.registry import Registries, filling
 from param_compute.workloads.pytorch import alex_net, native_basic_ops, resnet
 from param_compute.workloads.pytorch import split_table_batched_embeddings_ops as tbe
+
+REGISTRIES = load_plugins()  # one toolchain's registries, as the engine gets them
 
 SHARED_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "param-configs"
 TBE = "SplitTableBatchedEmbeddingBagsCodegen"
@@ -267,10 +269,10 @@ def test_tbe_without_fbgemm_registers_iterator_and_generator_only(monkeypatch):
     """A missing fbgemm_gpu leaves the operator declared unavailable, and nothing raises."""
     monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)
     fresh = Registries()
-    monkeypatch.setattr(registry, "REGISTRIES", fresh)
     spec = importlib.util.spec_from_file_location("tbe_without_fbgemm", tbe.__file__)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with filling(fresh):
+        spec.loader.exec_module(module)
     assert TBE not in fresh.operators
     assert "pip install fbgemm-gpu-cpu==1.8.0" in fresh.unavailable_operators[TBE]
     assert set(fresh.config_iterators) == {"SplitTableBatchedEmbeddingBagsCodegenInputIterator"}

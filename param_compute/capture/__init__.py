@@ -16,12 +16,16 @@ or ``python -m param_compute.capture --run module:function -o spec.json``.
 Either way the spec has one entry per aten op in PARAM's ``aten::`` + schema-string form, one
 input config per distinct argument signature with the number of occurrences as ``count``
 (carried into each run's record), and a ``NAME.capture.json`` report beside it listing every
-call that was not captured, with the reason.
+call that was not captured, with its kind and reason. From a trace, also: one ``ProfilerStep#N``
+window by default (``trace_walk``), backend kernels made portable (``portable``), layouts
+recovered where the trace records no strides (``strides``), recorded integer ranges, and with a
+Kineto trace each config's original time (``kineto``).
 """
 
-from .execution_trace import capture_execution_trace, read_execution_trace
-from .live import LiveCapture, capture_ops
-from .workload import CapturedWorkload, SkippedOp, Unreplayable, report_path
+from param_compute.capture.execution_trace import capture_execution_trace, read_execution_trace
+from param_compute.capture.live import LiveCapture, capture_ops
+from param_compute.capture.accounting import SkippedOp, Unreplayable
+from param_compute.capture.workload import CapturedWorkload, report_path
 
 __all__ = ["CapturedWorkload", "LiveCapture", "SkippedOp", "Unreplayable",
            "capture_execution_trace", "capture_ops", "read_execution_trace", "report_path"]

@@ -9,61 +9,30 @@ lists are ``GenericList[Int,Int]`` with per-item values, shapes and strides; ``N
 (Older traces, schema 1.0.x, keep ``inputs`` as a list beside ``input_shapes``/``input_types``
 and the parent in ``parent``: read too.)
 
-Each operator call is captured once, at the level the dispatcher runs it: a composite wrapper
-(``aten::linear`` over ``aten::t`` and ``aten::addmm``) is not replayed, its children are; any
-other operator is replayed whole and its internal calls are not replayed again (see
-``replayed_operator_nodes``).
+Which nodes are replayed, in which ``ProfilerStep#N`` window, and which are left out with
+their reason is ``trace_walk``'s job; this module turns each replayed node into a call (recorded
+``tensor_range`` data as ``value_range``, recorded strides or ``strides``' recovered ones,
+backend kernels as their native op) and hands it, with its original time where a Kineto trace
+is joined (``kineto``), to the workload.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .schema_args import SchemaArg, is_composite_wrapper, schema_arguments, split_name
-from .values import float_spec, tensor_spec
-from .workload import CapturedWorkload, Unreplayable
+from param_compute.capture.portable import native_call
+from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
+from param_compute.capture.trace_io import read_execution_trace
+from param_compute.capture.trace_walk import TraceTree, attr, replay_level_nodes, select_step
+from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
+from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUTS,
+                                          MEMORY_FORMATS, SCALAR_TYPES, float_spec, split_types,
+                                          tensor_spec)
+from param_compute.capture.workload import CapturedWorkload
 
-#: Tensor element type names in traces -> spec dtype names.
-ET_DTYPES = {
-    "float": "float", "double": "double", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
-    "int": "int", "long int": "long", "long": "long", "signed char": "int8",
-    "unsigned char": "uint8", "short int": "int16", "short": "int16", "bool": "bool",
-    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
-}
-#: c10 enum values as traces record them.
-SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int", 4: "long", 5: "float16",
-                6: "float", 7: "double", 9: "complex64", 10: "complex128", 11: "bool",
-                15: "bfloat16"}
-LAYOUTS = {0: "strided", 1: "sparse_coo", 2: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
-           6: "sparse_bsc"}
-MEMORY_FORMATS = {0: "contiguous_format", 1: "preserve_format", 2: "channels_last",
-                  3: "channels_last_3d"}
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
 NONE_VALUE = "<None>"
-
-
-def read_execution_trace(path) -> Dict[str, Any]:
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as stream:
-        trace = json.load(stream)
-    if not isinstance(trace, dict) or not isinstance(trace.get("nodes"), list):
-        raise ValueError(f"{path}: not an execution trace (no \"nodes\" list)")
-    return trace
-
-
-def _attr(node: Dict[str, Any], name: str) -> Any:
-    for attr in node.get("attrs") or []:
-        if isinstance(attr, dict) and attr.get("name") == name:
-            return attr.get("value")
-    return node.get(name)
-
-
-def _parent(node: Dict[str, Any]) -> Any:
-    return node.get("ctrl_deps", node.get("parent"))
 
 
 def _inputs(node: Dict[str, Any]) -> Tuple[list, list, list, list]:
@@ -79,63 +48,22 @@ def _inputs(node: Dict[str, Any]) -> Tuple[list, list, list, list]:
 
 
 def replayed_operator_nodes(trace: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The operator calls a replay runs, each once, in id (start) order.
-
-    Walking down from the roots, an operator node is taken whole (with everything it calls
-    internally: ``aten::mm``'s own ``resolve_conj`` and output ``empty`` are part of its time)
-    unless it is a pure composite wrapper (CompositeImplicitAutograd, e.g. ``aten::linear``)
-    with operators below it: then those operators are taken instead. That is the level a
-    ``TorchDispatchMode`` sees, so both capture paths fold ops alike, and no work is replayed
-    twice. (Leaves alone would drop the GEMM of every ``aten::mm``.)
-    """
-    nodes = [n for n in trace["nodes"] if isinstance(n, dict) and "id" in n]
-    by_id = {n["id"]: n for n in nodes}
-    children: Dict[Any, List[Dict[str, Any]]] = {}
-    roots = []
-    for node in nodes:
-        parent = _parent(node)
-        if parent in by_id and parent != node["id"]:
-            children.setdefault(parent, []).append(node)
-        else:
-            roots.append(node)
-    has_operator_below = set()
-    for node in nodes:
-        if not _attr(node, "op_schema"):
-            continue
-        parent = _parent(node)
-        while parent in by_id and parent not in has_operator_below:  # marked: so are ancestors
-            has_operator_below.add(parent)
-            parent = _parent(by_id[parent])
-    taken, seen = [], set()
-    stack = sorted(roots, key=lambda n: n["id"], reverse=True)
-    while stack:
-        node = stack.pop()
-        if node["id"] in seen:
-            continue
-        seen.add(node["id"])
-        schema = _attr(node, "op_schema")
-        if schema and not (node["id"] in has_operator_below and is_composite_wrapper(schema)):
-            taken.append(node)
-            continue
-        stack.extend(sorted(children.get(node["id"], []), key=lambda n: n["id"], reverse=True))
-    return sorted(taken, key=lambda n: n["id"])
+    """The operator calls a replay runs, each once, in id order (see ``trace_walk``)."""
+    return replay_level_nodes(TraceTree(trace))[0]
 
 
-def _split_types(text: str) -> List[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char in "[(<":
-            depth += 1
-        elif char in "])>":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-            continue
-        current.append(char)
-    if "".join(current).strip():
-        parts.append("".join(current).strip())
-    return parts
+def tensor_ranges(node: Dict[str, Any]) -> Dict[int, List[int]]:
+    """input index -> [min, max] recorded for integer tensors (``tensor_range``: traces recorded
+    with ENABLE_PYTORCH_EXECUTION_TRACE_SAVE_INTEGRAL_TENSOR_RANGE=1)."""
+    text = attr(node, "tensor_range")
+    if not text:
+        return {}
+    try:
+        ranges = json.loads(text) if isinstance(text, str) else text
+        return {int(index): [int(pair[0]), int(pair[1])] for index, pair in ranges.items()
+                if isinstance(pair, list) and len(pair) == 2}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def _at(items: Any, index: int) -> Any:
@@ -143,8 +71,10 @@ def _at(items: Any, index: int) -> Any:
 
 
 def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
-                     arg: Optional[SchemaArg] = None) -> Dict[str, Any]:
-    """The data spec of one recorded input value."""
+                     arg: Optional[SchemaArg] = None,
+                     value_range: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+    """The data spec of one recorded input value (``value_range``: recorded [min, max] of an
+    integer tensor's data)."""
     if type_name.startswith("Tensor(") and type_name.endswith(")"):
         element = type_name[len("Tensor("):-1]
         if element.startswith("nullptr"):
@@ -161,11 +91,13 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
             and isinstance(value[2], int) else 0
         stride = stride if isinstance(stride, list) and all(isinstance(s, int) for s in stride) \
             else None
-        return tensor_spec(dtype, shape, stride, str(device), offset)
+        if value_range is not None and dtype not in INTEGER_SPEC_DTYPES:
+            value_range = None
+        return tensor_spec(dtype, shape, stride, str(device), offset, value_range)
     if type_name == "Tensor":
         return {"type": "none"}  # an undefined tensor recorded without an element type
     if type_name.startswith("GenericList[") and type_name.endswith("]"):
-        item_types = _split_types(type_name[len("GenericList["):-1])
+        item_types = split_types(type_name[len("GenericList["):-1])
         values = value if isinstance(value, list) else []
         if len(item_types) != len(values):
             raise Unreplayable(f"a list whose recorded types and values disagree ({type_name})")
@@ -195,48 +127,116 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
     raise Unreplayable(f"an argument of recorded type {type_name!r}")
 
 
-def node_call(node: Dict[str, Any]) -> Tuple[str, List[Dict[str, Any]], Dict[str, Any]]:
-    """(schema, positional arg specs, keyword-only arg specs) of one operator node."""
-    schema = _attr(node, "op_schema")
+def node_call(node: Dict[str, Any], recovered: Optional[Dict[int, Any]] = None
+              ) -> Tuple[str, List[Dict[str, Any]], Dict[str, Any]]:
+    """(schema, positional arg specs, keyword-only arg specs) of one operator node.
+
+    Recorded strides win; ``recovered`` (input index -> strides, see ``strides``) fills in
+    those a trace lacks. A backend kernel with a native equivalent comes back as that op."""
+    schema = attr(node, "op_schema")
     values, shapes, types, strides = _inputs(node)
     arguments = schema_arguments(schema)
     if len(values) > len(arguments) or len(types) != len(values):
         raise Unreplayable(f"the trace records {len(values)} inputs for a schema of "
                            f"{len(arguments)} arguments")
+    ranges = tensor_ranges(node)
     args, kwargs = [], {}
     for index, (arg, value) in enumerate(zip(arguments, values)):
-        spec = trace_value_spec(types[index], value, _at(shapes, index), _at(strides, index), arg)
+        stride = _at(strides, index)
+        if not stride and recovered and index in recovered:
+            stride = recovered[index]
+        spec = trace_value_spec(types[index], value, _at(shapes, index), stride, arg,
+                                ranges.get(index))
         if arg.kwarg_only:
             if spec["type"] == "none" and arg.default == "None":
                 continue  # the default anyway; every keyword costs the replayed call time
             kwargs[arg.name] = spec
         else:
             args.append(spec)
+    native = native_call(split_name(schema)[1], args, kwargs)
+    if native is not None:
+        return native
     return schema, args, kwargs
 
 
-def _op_label(node: Dict[str, Any]) -> str:
-    schema = _attr(node, "op_schema")
+def op_label(node: Dict[str, Any]) -> str:
+    schema = attr(node, "op_schema")
     try:
         namespace, base, overload = split_name(schema)
         return f"{namespace}::{base}" + ("" if overload == "default" else f".{overload}")
-    except ValueError:
+    except (ValueError, AttributeError, TypeError):
         return str(node.get("name"))
 
 
-def capture_execution_trace(trace, skip_views: bool = False,
-                            source: Optional[str] = None) -> CapturedWorkload:
-    """A workload from an execution trace (a path or the parsed JSON)."""
+def capture_execution_trace(trace, skip_views: bool = False, source: Optional[str] = None,
+                            step: Optional[str] = None, allow_namespaces: Sequence[str] = (),
+                            kineto=None, target_device: str = "cpu") -> CapturedWorkload:
+    """A workload from an execution trace (a path or the parsed JSON).
+
+    ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
+    them), ``"all"`` every node, ``"N"`` that step. ``allow_namespaces``: namespaces besides
+    aten whose operators are captured. ``kineto``: a Kineto trace (a path or the parsed JSON)
+    of the same run, joined for each call's original CPU and device time. ``target_device``:
+    the device whose kernels are checked for every config."""
     if not isinstance(trace, dict):
         source = source or str(trace)
         trace = read_execution_trace(trace)
-    workload = CapturedWorkload(source or "execution trace", skip_views)
-    for node in replayed_operator_nodes(trace):
-        try:
-            schema, args, kwargs = node_call(node)
-        except Exception as exc:  # one odd node must not end the conversion
-            workload.skip(_op_label(node), str(exc) if isinstance(exc, Unreplayable) else
-                          f"unreadable node: {type(exc).__name__}: {exc}")
+    tree = TraceTree(trace)
+    steps, window = select_step(tree, step)
+    workload = CapturedWorkload(source or "execution trace", skip_views,
+                                allow_namespaces=allow_namespaces, target_device=target_device)
+    workload.steps = steps
+    taken, dropped = replay_level_nodes(tree, window)
+    for number in steps.found:
+        steps.calls_per_step[number] = 0
+    step_of = tree.step_of() if steps.found else {}
+    every, every_dropped = replay_level_nodes(tree) if steps.selected else (taken, dropped)
+    for node in every + [lost.node for lost in every_dropped]:
+        if node["id"] in step_of:
+            steps.calls_per_step[step_of[node["id"]]] += 1
+    recovered = {}
+    if not _has_strides(trace):
+        from param_compute.capture.strides import recover_strides
+
+        recovered = recover_strides(tree, {node["id"] for node in taken})
+        workload.strides = {"recorded": False, **recovered.pop("summary")}
+    else:
+        workload.strides = {"recorded": True}
+    timing = None
+    if kineto is not None:
+        from param_compute.capture.kineto import join_kineto
+
+        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps)
+        workload.kineto = timing.summary
+    for lost in dropped:
+        workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
+                      original=timing.of(lost.node) if timing else None)
+    for node in taken:
+        original = timing.of(node) if timing else None
+        label = op_label(node)
+        namespace, _, base = label.partition("::")
+        kind = op_kind(namespace, base.split(".", 1)[0])
+        if kind is not None:
+            workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
             continue
-        workload.add(schema, args, kwargs)
+        try:
+            schema, args, kwargs = node_call(node, recovered.get(node["id"]))
+        except Exception as exc:  # one odd node must not end the conversion
+            if isinstance(exc, Unreplayable):
+                workload.skip(label, str(exc), kind=exc.kind, original=original)
+            else:
+                workload.skip(label, f"unreadable node: {type(exc).__name__}: {exc}",
+                              kind="unreadable", original=original)
+            continue
+        workload.add(schema, args, kwargs, original=original)
     return workload
+
+
+def _has_strides(trace: Dict[str, Any]) -> bool:
+    for node in trace["nodes"]:
+        inputs = node.get("inputs") if isinstance(node, dict) else None
+        if isinstance(inputs, dict) and inputs.get("values"):
+            return "strides" in inputs
+        if isinstance(node, dict) and node.get("input_types"):
+            return "input_strides" in node
+    return False

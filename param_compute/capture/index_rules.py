@@ -16,9 +16,9 @@ from __future__ import annotations
 from math import prod
 from typing import Any, Callable, Dict, List, Optional
 
-Named = Dict[str, Any]  # argument name -> data spec
+from param_compute.capture.values import INTEGER_SPEC_DTYPES as INTEGER_DTYPES
 
-INTEGER_DTYPES = frozenset({"int", "int32", "long", "int64", "int8", "int16", "uint8"})
+Named = Dict[str, Any]  # argument name -> data spec
 
 
 def is_integer_tensor(spec: Any) -> bool:

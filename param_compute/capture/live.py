@@ -14,21 +14,23 @@ tensors record the actual min and max of their values, so replayed indices stay 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .schema_args import split_name
-from .values import live_spec
-from .workload import CapturedWorkload, Unreplayable
+from param_compute.capture.schema_args import split_name
+from param_compute.capture.accounting import Unreplayable
+from param_compute.capture.values import live_spec
+from param_compute.capture.workload import CapturedWorkload
 
 
 class LiveCapture(TorchDispatchMode):
     """Records every aten call made while active; ``spec()``/``write()`` give the workload."""
 
-    def __init__(self, skip_views: bool = False, source: str = "live capture"):
+    def __init__(self, skip_views: bool = False, source: str = "live capture",
+                 allow_namespaces: Sequence[str] = ()):
         super().__init__()
-        self.workload = CapturedWorkload(source, skip_views)
+        self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -66,6 +68,8 @@ class LiveCapture(TorchDispatchMode):
         return self.workload.skipped
 
 
-def capture_ops(skip_views: bool = False, source: Optional[str] = None) -> LiveCapture:
-    """A context manager capturing the aten calls made inside it (forward and backward)."""
-    return LiveCapture(skip_views, source or "live capture")
+def capture_ops(skip_views: bool = False, source: Optional[str] = None,
+                allow_namespaces: Sequence[str] = ()) -> LiveCapture:
+    """A context manager capturing the aten calls made inside it (forward and backward), and
+    those of ``allow_namespaces`` (``fbgemm``...)."""
+    return LiveCapture(skip_views, source or "live capture", allow_namespaces)

@@ -14,8 +14,12 @@ This module rewrites a config so that PARAM can run it:
 What PARAM still cannot reproduce is reported per config (``ParamFormNote``), never hidden:
 integer tensors used as indices (PARAM fills integer tensors with values in [-10, 10)),
 dtypes and non-finite floats its generator lacks, non-contiguous layouts (PARAM makes contiguous
-tensors), schema defaults containing a comma (PARAM splits the argument list at every comma)
-and output masks asking for undefined tensors (its graph cannot return them).
+tensors), uint8 tensors (its integer fill, [-10, 10), does not fit them), schema defaults
+containing a comma (PARAM splits the argument list at every comma), ``Tensor[]``/``Tensor?[]``
+arguments (its graph declares every tensor-typed argument a single ``Tensor``), schemas with an
+``(a -> *)`` alias annotation (PARAM splits a schema at its first ``->``), output masks asking
+for undefined tensors (its graph cannot return them), and the ops PARAM never builds (``to``,
+``select``, ``item``, ``cat``, ``split_with_sizes``, ``record_stream``).
 param_compute replays both forms alike: the aten binding drops keyword arguments that are None
 where the schema's default is None, so the longer form costs no call time.
 """
@@ -24,13 +28,14 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
-from .execution_trace import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPES
-from .index_rules import index_rules
-from .schema_args import schema_arguments, split_name
+from param_compute.capture.index_rules import index_rules
+from param_compute.capture.schema_args import schema_arguments, split_name
+from param_compute.capture.values import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPES
 
 #: The tensor dtypes PARAM's default data generator makes.
 PARAM_TENSOR_DTYPES = frozenset({"uint8", "int8", "int16", "int", "long", "float", "double",
@@ -40,6 +45,9 @@ PARAM_ARG_TYPES = frozenset({"tensor", "float", "double", "int", "long", "none",
                              "str", "genericlist", "tuple"})
 #: PARAM fills integer tensors with ``randint(-10, 10)``.
 PARAM_INTEGER_FILL = (-10, 9)
+#: Ops PARAM's benchmark never builds (its list of unsupported ops).
+PARAM_UNSUPPORTED_OPS = frozenset({"aten::record_stream", "aten::to", "aten::select",
+                                   "aten::item", "aten::cat", "aten::split_with_sizes"})
 
 ENUM_CODES = {
     "dtype": {name: code for code, name in SCALAR_TYPES.items()},
@@ -155,7 +163,10 @@ def _problems(schema: str, args: List[Dict[str, Any]]) -> List[Tuple[str, bool]]
                 reasons.append((f"{arg.name}: PARAM's data generator has no {kind!r} values",
                                 True))
             elif kind == "tensor":
-                if item.get("dtype") not in PARAM_TENSOR_DTYPES:
+                if item.get("dtype") == "uint8" and item.get("shape"):
+                    reasons.append((f"{arg.name}: PARAM fills integer tensors with values in "
+                                    "[-10, 10), which a uint8 tensor cannot hold", True))
+                elif item.get("dtype") not in PARAM_TENSOR_DTYPES:
                     reasons.append((f"{arg.name}: PARAM makes no {item.get('dtype')} tensors",
                                     True))
                 value_range = item.get("value_range")
@@ -176,7 +187,13 @@ def _problems(schema: str, args: List[Dict[str, Any]]) -> List[Tuple[str, bool]]
                 for item in _walk(spec)):
             reasons.append(("output_mask: an unrequested gradient is an undefined tensor, "
                             "which PARAM's TorchScript graph cannot return", True))
+    if re.search(r"\(\w+ -> \*\)", schema):
+        reasons.append(("the schema has an alias annotation (a -> *): PARAM splits a schema "
+                        "at its first '->', inside that annotation", True))
     for text in schema_arguments(schema):
+        if text.type_text.startswith(("Tensor[]", "Tensor?[]")):
+            reasons.append((f"{text.name}: PARAM's graph declares a {text.type_text} argument "
+                            "as a single Tensor", True))
         if text.default is not None and "," in text.default:
             reasons.append((f"{text.name}: PARAM splits the schema's argument list at every "
                             f"comma, which breaks the default {text.default}", True))
@@ -230,9 +247,13 @@ def param_form_spec(spec: Dict[str, Any]) -> Tuple[Dict[str, Any], List[ParamFor
                     notes.append(ParamFormNote(op, schema, index, "not written in PARAM's "
                                                f"form: {exc}", True))
                     continue
+                if op in PARAM_UNSUPPORTED_OPS:
+                    reasons = [(f"PARAM skips {op}: it is on PARAM's list of unsupported ops",
+                                True)] + reasons
                 rewritten = {"args": args}
-                if "count" in arg_spec_list:
-                    rewritten["count"] = arg_spec_list["count"]
+                for key in ("count", "original_us"):
+                    if key in arg_spec_list:
+                        rewritten[key] = arg_spec_list[key]
                 inputs.append(rewritten)
                 notes.extend(ParamFormNote(op, schema, index, reason, fails)
                              for reason, fails in reasons)

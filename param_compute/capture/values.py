@@ -2,7 +2,8 @@
 None, devices, dtypes, layouts and memory formats keep their values.
 
 ``tensor_spec`` is shared by both capture paths; ``live_spec`` converts the Python values a
-``TorchDispatchMode`` sees (an execution trace's values are converted in ``execution_trace``).
+``TorchDispatchMode`` sees (an execution trace's values are converted in ``execution_trace``,
+with the name tables kept here: trace element types, c10 enum codes).
 """
 
 from __future__ import annotations
@@ -10,16 +11,65 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..dtypes import LAYOUT_NAMES, MEMORY_FORMAT_NAMES
-from .workload import Unreplayable
+from param_compute.capture.accounting import Unreplayable
+from param_compute.dtypes import DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES
 
-#: torch dtype attribute name -> the spec's dtype name (PARAM's names where it has one).
-SPEC_DTYPE = {
-    "float32": "float", "float64": "double", "float16": "float16", "bfloat16": "bfloat16",
-    "int32": "int", "int64": "long", "int8": "int8", "int16": "int16", "uint8": "uint8",
-    "bool": "bool", "complex64": "complex64", "complex128": "complex128",
+
+def _first_spec_names() -> Dict[str, str]:
+    names: Dict[str, str] = {}
+    for spec_name, torch_name in DTYPE_NAMES.items():  # PARAM's name comes first in the table
+        names.setdefault(torch_name, spec_name)
+    return names
+
+
+#: torch dtype attribute name -> the spec's dtype name (PARAM's names where it has one),
+#: from the project's one dtype table.
+SPEC_DTYPE = _first_spec_names()
+#: spec dtype names (all spellings) of integer tensors.
+INTEGER_SPEC_DTYPES = frozenset(name for name, torch_name in DTYPE_NAMES.items()
+                                if torch_name.startswith(("int", "uint")))
+
+#: Tensor element type names in execution traces (C++ type names) -> spec dtype names.
+ET_DTYPES = {
+    "float": SPEC_DTYPE["float32"], "double": SPEC_DTYPE["float64"],
+    "c10::Half": SPEC_DTYPE["float16"], "c10::BFloat16": SPEC_DTYPE["bfloat16"],
+    "int": SPEC_DTYPE["int32"], "long int": SPEC_DTYPE["int64"], "long": SPEC_DTYPE["int64"],
+    "signed char": SPEC_DTYPE["int8"], "unsigned char": SPEC_DTYPE["uint8"],
+    "short int": SPEC_DTYPE["int16"], "short": SPEC_DTYPE["int16"], "bool": SPEC_DTYPE["bool"],
+    "c10::complex<float>": SPEC_DTYPE["complex64"],
+    "c10::complex<double>": SPEC_DTYPE["complex128"],
 }
-INTEGER_SPEC_DTYPES = frozenset({"int", "long", "int8", "int16", "uint8"})
+#: c10 ``ScalarType`` codes (as traces record dtype arguments) -> spec dtype names.
+SCALAR_TYPES = {0: SPEC_DTYPE["uint8"], 1: SPEC_DTYPE["int8"], 2: SPEC_DTYPE["int16"],
+                3: SPEC_DTYPE["int32"], 4: SPEC_DTYPE["int64"], 5: SPEC_DTYPE["float16"],
+                6: SPEC_DTYPE["float32"], 7: SPEC_DTYPE["float64"], 9: SPEC_DTYPE["complex64"],
+                10: SPEC_DTYPE["complex128"], 11: SPEC_DTYPE["bool"], 15: SPEC_DTYPE["bfloat16"]}
+#: c10 ``Layout`` codes -> names (``LAYOUT_NAMES``).
+LAYOUTS = {0: "strided", 1: "sparse_coo", 2: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
+           6: "sparse_bsc"}
+#: c10 ``MemoryFormat`` codes -> names (``MEMORY_FORMAT_NAMES``).
+MEMORY_FORMATS = {0: "contiguous_format", 1: "preserve_format", 2: "channels_last",
+                  3: "channels_last_3d"}
+assert set(LAYOUTS.values()) <= set(LAYOUT_NAMES)
+assert set(MEMORY_FORMATS.values()) <= set(MEMORY_FORMAT_NAMES)
+
+
+def split_types(text: str) -> List[str]:
+    """The item types of a trace's ``GenericList[A,B]`` type text, split at top-level commas."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char in "[(<":
+            depth += 1
+        elif char in "])>":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(char)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
 
 
 def contiguous_stride(shape: Sequence[int]) -> List[int]:

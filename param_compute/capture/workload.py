@@ -14,43 +14,38 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections import Counter
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..resolution import REFUSED_ATEN_NAMES
-from ..validation import DEFAULT_DATA_GENERATOR
-from .index_rules import index_rules
-from .schema_args import is_view_op, schema_arguments, split_name
+from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
+from param_compute.spec.model import DEFAULT_DATA_GENERATOR
+from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, kind_reason,
+                                              op_kind)
+from param_compute.capture.portable import can_check, missing_kernels
+from param_compute.capture.coverage import summary_lines, time_coverage
+from param_compute.capture.index_rules import index_rules
+from param_compute.capture.param_form import noted_configs, param_form_spec
+from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
+
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
-
-
-class Unreplayable(Exception):
-    """An operator call a replay cannot recreate; the message says why."""
-
-
-@dataclass
-class SkippedOp:
-    op: str
-    reason: str
-    count: int = 0
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"op": self.op, "reason": self.reason, "count": self.count}
+LOG = logging.getLogger("param_compute.capture")
 
 
 @lru_cache(maxsize=4096)
-def _overload_problem(base: str, overload: str) -> Optional[str]:
+def _overload_problem(namespace: str, base: str, overload: str) -> Optional[str]:
     import torch
 
     try:
-        packet = getattr(torch.ops.aten, base)
+        packet = getattr(getattr(torch.ops, namespace), base)
+        overloads = packet.overloads()
     except (AttributeError, RuntimeError):
-        return f"aten::{base} does not exist in this torch build ({torch.__version__})"
-    if overload not in packet.overloads():
-        return f"aten::{base} has no overload {overload!r} in this torch build"
+        return (f"{namespace}::{base} does not exist in this torch build ({torch.__version__})"
+                + ("" if namespace == "aten" else " or its library is not loaded"))
+    if overload not in overloads:
+        return f"{namespace}::{base} has no overload {overload!r} in this torch build"
     return None
 
 
@@ -107,41 +102,60 @@ def _widen(into: Any, new: Any) -> None:
 class CapturedWorkload:
     """Aten calls of one captured step, folded into configs with counts."""
 
-    def __init__(self, source: str, skip_views: bool = False):
+    def __init__(self, source: str, skip_views: bool = False,
+                 allow_namespaces: Sequence[str] = (), target_device: str = "cpu"):
         self.source = source
         self.skip_views = skip_views
+        self.allow_namespaces = frozenset(allow_namespaces)
+        for namespace in self.allow_namespaces:
+            load_namespace(namespace)
+        self.target_device = target_device
         self.calls = 0  # every call handed to add() or skip()
         self.views_dropped = 0
-        # base op -> schema -> signature key -> {"args", "kwargs", "count"}
+        # "ns::base" -> schema -> signature key -> {"args", "kwargs", "count", "original"}
         self._ops: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
         self._skipped: Dict[Tuple[str, str], SkippedOp] = {}
+        self.steps = None  # trace_walk.Steps, for an execution trace
+        self.strides: Optional[Dict[str, Any]] = None  # how input layouts were obtained
+        self.kineto: Optional[Dict[str, Any]] = None  # the Kineto join's coverage
+        self._original_skipped: Dict[str, OriginalTimes] = {}
 
     # -- collecting --------------------------------------------------------------------------
-    def skip(self, op: str, reason: str, count: int = 1, counted: bool = False) -> None:
+    def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
+             kind: str = "argument", original: Optional[Tuple[float, float]] = None) -> None:
         if not counted:
             self.calls += count
         key = (op, reason)
         if key not in self._skipped:
-            self._skipped[key] = SkippedOp(op, reason)
+            self._skipped[key] = SkippedOp(op, reason, kind=kind)
         self._skipped[key].count += count
+        self._original_skipped.setdefault(op, OriginalTimes()).add(original, count)
+        LOG.debug("not captured: %s (%s): %s", op, kind, reason)
 
     def add(self, schema: str, args: List[Dict[str, Any]],
-            kwargs: Optional[Dict[str, Dict[str, Any]]] = None) -> bool:
-        """Record one call; False when it was skipped (the reason is kept) or dropped as a view."""
+            kwargs: Optional[Dict[str, Dict[str, Any]]] = None,
+            original: Optional[Tuple[Optional[float], Optional[float]]] = None) -> bool:
+        """Record one call (``original``: its (CPU, device) time in µs in the recorded run);
+        False when it was skipped (the reason is kept) or dropped as a view."""
         self.calls += 1
         try:
-            return self._add(schema, args, dict(kwargs or {}))
+            return self._add(schema, args, dict(kwargs or {}), original)
         except Exception as exc:  # a capture bug must not end the capture: keep it as a skip
             self.skip(schema.split("(", 1)[0], f"capture failed: {type(exc).__name__}: {exc}",
-                      counted=True)
+                      counted=True, kind="failed", original=original)
             return False
 
-    def _add(self, schema: str, args: List[Dict[str, Any]], kwargs: Dict[str, Any]) -> bool:
+    def _add(self, schema: str, args: List[Dict[str, Any]], kwargs: Dict[str, Any],
+             original=None) -> bool:
         namespace, base, overload = split_name(schema)
         op = f"{namespace}::{base}" + ("" if overload == "default" else f".{overload}")
-        reason = self._refusal(namespace, base, overload)
-        if reason:
-            self.skip(op, reason, counted=True)
+        kind = op_kind(namespace, base)
+        if kind is not None:
+            self.skip(op, kind_reason(kind, op), counted=True, kind=kind, original=original)
+            return False
+        refusal = self._refusal(namespace, base, overload)
+        if refusal:
+            self.skip(op, refusal[1], counted=True, kind=refusal[0], original=original)
             return False
         if self.skip_views and is_view_op(schema):
             self.views_dropped += 1
@@ -155,7 +169,7 @@ class CapturedWorkload:
         except Exception as exc:  # an odd recorded shape must not end the capture
             reason = f"index ranges could not be derived: {type(exc).__name__}: {exc}"
         if reason:
-            self.skip(op, reason, counted=True)
+            self.skip(op, reason, counted=True, kind="index", original=original)
             return False
         if not any(a.name == "storage_offset" for a in arguments):
             # Where a view starts in its storage only matters to ops addressing storage
@@ -164,25 +178,28 @@ class CapturedWorkload:
                 tensor.pop("storage_offset", None)
         signature = {"args": args, "kwargs": kwargs}
         key = json.dumps(_without_ranges(signature), sort_keys=True)
-        bucket = self._ops.setdefault(base, {}).setdefault(schema, {})
+        bucket = self._ops.setdefault(f"{namespace}::{base}", {}).setdefault(schema, {})
         entry = bucket.get(key)
         if entry is None:
-            bucket[key] = {"args": copy.deepcopy(args), "kwargs": copy.deepcopy(kwargs),
-                           "count": 1}
+            entry = bucket[key] = {"args": copy.deepcopy(args), "kwargs": copy.deepcopy(kwargs),
+                                   "count": 1, "original": OriginalTimes()}
         else:
             entry["count"] += 1
             _widen(entry["args"], args)
             _widen(entry["kwargs"], kwargs)
+        entry["original"].add(original)
         return True
 
-    @staticmethod
-    def _refusal(namespace: str, base: str, overload: str) -> Optional[str]:
-        if namespace != "aten":
-            return (f"not an aten operator ({namespace}::): only aten ops replay through "
-                    "torch.ops.aten")
-        if base.startswith("__") or base in REFUSED_ATEN_NAMES:
-            return "refused by the spec resolver (dunder name, file access or process state)"
-        return _overload_problem(base, overload)
+    def _refusal(self, namespace: str, base: str, overload: str) -> Optional[Tuple[str, str]]:
+        """(kind, reason) when calls of this op are not captured, else None."""
+        if namespace != "aten" and namespace not in self.allow_namespaces:
+            return ("namespace", f"{namespace}:: operators run only where allowed: capture "
+                    f"and run with --allow-namespace {namespace}")
+        if base.startswith("__") or (namespace == "aten" and base in REFUSED_ATEN_NAMES):
+            return ("refused", "refused by the spec resolver (dunder name, file access or "
+                    "process state)")
+        problem = _overload_problem(namespace, base, overload)
+        return ("missing", problem) if problem else None
 
     # -- results -----------------------------------------------------------------------------
     @property
@@ -219,8 +236,6 @@ class CapturedWorkload:
         spec = self._compact_spec()
         if not param_form:
             return spec, None
-        from .param_form import param_form_spec
-
         return param_form_spec(spec)
 
     def _compact_spec(self) -> Dict[str, Any]:
@@ -243,10 +258,13 @@ class CapturedWorkload:
                         if _same_device(device.get("value"), main):
                             device["run_device"] = True
                     arg_spec_list["count"] = entry["count"]
+                    original = entry["original"].mean()
+                    if original is not None:
+                        arg_spec_list["original_us"] = original
                     inputs.append(arg_spec_list)
                 configs.append({"build": [{"args": [{"type": "str", "value": schema}]}],
                                 "input": inputs})
-            out[f"aten::{base}"] = {"build_data_generator": DEFAULT_DATA_GENERATOR,
+            out[base] = {"build_data_generator": DEFAULT_DATA_GENERATOR,
                                     "input_data_generator": DEFAULT_DATA_GENERATOR,
                                     "config": configs}
         return out
@@ -266,10 +284,20 @@ class CapturedWorkload:
             "skipped_calls": sum(s.count for s in skipped),
             "skipped": [s.to_json() for s in skipped],
             "main_device": self.main_device(),
+            "not_captured": self.groups(),
+            "target_device": self.target_device,
+            "target_kernels_checked": can_check(self.target_device),
+            "no_kernel_on_target": missing_kernels(self._compact_spec(), self.target_device),
         }
+        if self.allow_namespaces:
+            report["allowed_namespaces"] = sorted(self.allow_namespaces)
+        if self.steps is not None:
+            report["steps"] = self.steps.to_json()
+        if self.strides is not None:
+            report["strides"] = self.strides
+        if self.kineto is not None:
+            report["original_time"] = {**self.kineto, **self.time_coverage()}
         if param_form_notes is not None:
-            from .param_form import noted_configs
-
             report["param_form"] = {
                 "configs_param_fails_on": len(noted_configs(param_form_notes, fails=True)),
                 "configs_param_runs_differently": len(noted_configs(param_form_notes,
@@ -291,9 +319,34 @@ class CapturedWorkload:
                           encoding="utf-8")
         return path, report
 
+    def groups(self) -> List[Dict[str, Any]]:
+        """The calls not captured, one group per kind: ``{kind, what, calls, ops}``, largest
+        first (``ops``: op -> calls)."""
+        groups: Dict[str, Dict[str, Any]] = {}
+        for skip in self._skipped.values():
+            group = groups.setdefault(skip.kind, {"kind": skip.kind,
+                                                  "what": KINDS.get(skip.kind, skip.kind),
+                                                  "calls": 0, "ops": {}})
+            group["calls"] += skip.count
+            group["ops"][skip.op] = group["ops"].get(skip.op, 0) + skip.count
+        for group in groups.values():
+            group["ops"] = dict(sorted(group["ops"].items(), key=lambda kv: -kv[1]))
+        return sorted(groups.values(), key=lambda g: -g["calls"])
+
+    def time_coverage(self) -> Dict[str, Any]:
+        """Original time (µs, from a Kineto join) captured vs not, in all and per op."""
+        captured = [(op, entry["original"]) for op, schemas in self._ops.items()
+                    for bucket in schemas.values() for entry in bucket.values()]
+        return time_coverage(captured, list(self._original_skipped.items()))
+
+    def summary_lines(self) -> List[str]:
+        """The summary, then one short line per thing a user must know (steps, layouts, each
+        group of calls not captured, configs without a kernel on the target, original time)."""
+        return summary_lines(self)
+
     def summary(self) -> str:
         line = (f"{self.source}: {self.calls} calls -> {self.captured_calls} captured in "
-                f"{self.configs} configs of {len(self._ops)} aten ops")
+                f"{self.configs} configs of {len(self._ops)} ops")
         if self.views_dropped:
             line += f", {self.views_dropped} view calls dropped"
         skipped = sum(s.count for s in self._skipped.values())

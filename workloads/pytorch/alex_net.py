@@ -11,8 +11,8 @@ import functools
 import torch
 from torch import nn
 
-from param_compute.registry import register_operator
-from param_compute.torch_operators import ModuleOperator
+from param_compute.plugins.registry import register_operator
+from param_compute.operators.adapters import ModuleOperator
 
 
 def _conv_relu(in_channels: int, out_channels: int, kernel_size: int, **conv_kwargs) -> list:

@@ -9,8 +9,8 @@ import functools
 
 import torch
 
-from param_compute.registry import register_operator
-from param_compute.torch_operators import CallableOperator, InplaceMethodOperator, ModuleOperator
+from param_compute.plugins.registry import register_operator
+from param_compute.operators.adapters import CallableOperator, InplaceMethodOperator, ModuleOperator
 
 # Plain functions, called as ``function(*args, **kwargs)``.
 CALLABLE_OPS = {

@@ -14,8 +14,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from param_compute.registry import register_operator
-from param_compute.torch_operators import ModuleOperator
+from param_compute.plugins.registry import register_operator
+from param_compute.operators.adapters import ModuleOperator
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1) -> nn.Sequential:

@@ -18,14 +18,13 @@ fbgemm_gpu is missing; only the operator is then declared unavailable.
 import copy
 import functools
 import importlib.util
-import itertools
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from param_compute.interfaces import ConfigIterator, DataGenerator, OperatorInterface
-from param_compute.registry import (
+from param_compute.plugins.interfaces import ConfigIterator, DataGenerator, OperatorInterface
+from param_compute.plugins.registry import (
     register_config_iterator,
     register_data_generator,
     register_operator,
@@ -61,6 +60,10 @@ OPERATOR_NAME = "SplitTableBatchedEmbeddingBagsCodegen"
 
 _META_ATTRS = ("__copy__", "__range__", "__list__")
 
+#: Bytes per weight of fbgemm's ``SparseType`` names (the memory guard's estimate).
+_PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5,
+                    "int2": 0.25}
+
 # Positions in the build args: num_tables, rows, dim, pooling, weighted, weights_precision.
 _BUILD_NUM_TABLES, _BUILD_ROWS, _BUILD_DIM, _BUILD_WEIGHTED, _BUILD_PRECISION = 0, 1, 2, 4, 5
 
@@ -72,18 +75,23 @@ def _without_meta(arg: Dict[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in copy.deepcopy(arg).items() if key not in _META_ATTRS}
 
 
-def _arg_values(arg: Dict[str, Any]) -> List[Any]:
+def _arg_values(arg: Dict[str, Any]) -> Sequence[Any]:
     """The values one input arg takes: a ``__range__`` or ``__list__`` expands, else just one.
 
     As in PARAM's iterator, the presence of ``__range__`` alone means ``value`` holds an
-    inclusive ``[start, stop]`` or ``[start, stop, step]`` range.
+    inclusive ``[start, stop]`` or ``[start, stop, step]`` range. A range stays a lazy ``range``
+    (counting a billion batch sizes costs nothing; only the runs actually reached are made).
     """
     value = arg.get("value")
     if "__range__" in arg:
-        if not isinstance(value, list) or len(value) not in (2, 3):
-            raise ValueError(f"__range__ needs value [start, stop] or [start, stop, step], got {value!r}")
+        if not isinstance(value, list) or len(value) not in (2, 3) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"__range__ needs integer value [start, stop] or [start, stop, step], "
+                             f"got {value!r}")
         start, stop, step = (list(value) + [1])[:3]
-        return list(range(start, stop + 1, step))
+        if step <= 0:
+            raise ValueError(f"__range__ step must be positive, got {step}")
+        return range(start, stop + 1, step)
     if "__list__" in arg:
         if not isinstance(value, list):
             raise ValueError(f"__list__ needs a list value, got {value!r}")
@@ -121,7 +129,8 @@ class SplitTableBatchedEmbeddingBagsCodegenInputIterator(ConfigIterator):
         tables = self._table_args
         for entry_id, input_config in enumerate(self.configs[self.key]):
             batch_arg, pooling_arg = _input_args(input_config)
-            combinations = itertools.product(_arg_values(batch_arg), _arg_values(pooling_arg))
+            pooling_values = _arg_values(pooling_arg)
+            combinations = ((b, p) for b in _arg_values(batch_arg) for p in pooling_values)
             for combination_id, (batch_size, pooling_factor) in enumerate(combinations):
                 batch = dict(_without_meta(batch_arg), value=batch_size)
                 pooling = dict(_without_meta(pooling_arg), value=pooling_factor)
@@ -160,6 +169,17 @@ class SplitTableBatchedEmbeddingBagsCodegenInputDataGenerator(DataGenerator):
     PARAM also let the spec name ``torch.save`` files of recorded indices; that is deliberately
     not supported: a spec is data and never makes the engine open (or unpickle) files.
     """
+
+    def estimate_bytes(self, config: Dict[str, Any]) -> int:
+        """The memory guard's hook: int64 indices for every bag of every table, the offsets and
+        float32 per-sample weights (nothing in the config is a tensor spec)."""
+        args = config["args"]
+        num_tables = int(args[_NUM_TABLES]["value"])
+        batch_size = int(args[_BATCH_SIZE]["value"])
+        pooling = _per_table(args[_POOLING_FACTOR]["value"], num_tables, "pooling_factor")
+        indices = batch_size * sum(pooling)
+        weights = indices * 4 if args[_WEIGHTED]["value"] else 0
+        return indices * 8 + (num_tables * batch_size + 1) * 8 + weights
 
     def get_data(self, config: Dict[str, Any], device: str) -> Tuple[List[Any], Dict[str, Any]]:
         args = config["args"]
@@ -213,6 +233,15 @@ class SplitTableBatchedEmbeddingBagsCodegenOp(OperatorInterface):
             stochastic_rounding=True,
             device=torch.device(self.device),
         )
+
+    def estimate_build_bytes(self, num_tables: int, rows: Any, dim: Any, pooling: int,
+                             weighted: bool, weights_precision: str, *_: Any, **__: Any) -> int:
+        """The memory guard's hook: every table's weights at their precision plus a row-wise
+        optimizer state (one float32 per row)."""
+        item = _PRECISION_BYTES.get(str(weights_precision).lower(), 4)
+        rows = _per_table(rows, num_tables, "rows")
+        dims = _per_table(dim, num_tables, "dim")
+        return int(sum(r * d * item + r * 4 for r, d in zip(rows, dims)))
 
     def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
                 per_sample_weights: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -1,0 +1,84 @@
+"""A capture's summary: one short line per thing a user must know, and original time covered.
+
+Steps captured, how input layouts were obtained, each group of calls not captured (its kind,
+calls and first ops), configs without a kernel on the target device, and, with a Kineto trace
+joined, the share of the original CPU and device time the captured calls account for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from param_compute.capture.accounting import OriginalTimes
+from param_compute.capture.portable import can_check, missing_kernels
+
+
+def time_coverage(captured: List[Tuple[str, OriginalTimes]],
+                  skipped: List[Tuple[str, OriginalTimes]]) -> Dict[str, Any]:
+    """Original time (µs, from a Kineto join) captured vs not, in all and per op."""
+    per_op: Dict[str, Dict[str, float]] = {}
+
+    def add(op: str, times: OriginalTimes, is_captured: bool) -> None:
+        row = per_op.setdefault(op, {"cpu_captured": 0.0, "cpu_total": 0.0,
+                                     "device_captured": 0.0, "device_total": 0.0})
+        row["cpu_total"] += times.cpu
+        row["device_total"] += times.device
+        if is_captured:
+            row["cpu_captured"] += times.cpu
+            row["device_captured"] += times.device
+
+    for op, times in captured:
+        add(op, times, True)
+    for op, times in skipped:
+        add(op, times, False)
+    totals = {key: sum(row[key] for row in per_op.values())
+              for key in ("cpu_captured", "cpu_total", "device_captured", "device_total")}
+    ranked = sorted(per_op.items(), key=lambda kv: -(kv[1]["device_total"]
+                                                     or kv[1]["cpu_total"]))
+    return {"captured_us": {"cpu": round(totals["cpu_captured"], 1),
+                            "device": round(totals["device_captured"], 1)},
+            "total_us": {"cpu": round(totals["cpu_total"], 1),
+                         "device": round(totals["device_total"], 1)},
+            "per_op": {op: {k: round(v, 1) for k, v in row.items()} for op, row in ranked}}
+
+
+
+def summary_lines(workload) -> List[str]:
+    """The summary, then one short line per thing a user must know (steps, layouts, each
+    group of calls not captured, configs without a kernel on the target, original time)."""
+    lines = [workload.summary()]
+    if workload.steps is not None:
+        lines.append(f"  steps: {workload.steps.describe()}")
+    if workload.strides is not None and not workload.strides.get("recorded"):
+        lines.append(f"  layouts: the trace records no strides; recovered from its views "
+                     f"on meta tensors: {workload.strides.get('recovered_inputs', 0)} strided "
+                     f"(non-contiguous) inputs in {workload.strides.get('recovered_calls', 0)}"
+                     " calls")
+    for group in workload.groups():
+        ops = ", ".join(f"{op} x{n}" for op, n in list(group["ops"].items())[:3])
+        more = len(group["ops"]) - 3
+        lines.append(f"  not captured: {group['calls']} calls, {group['what']}: {ops}"
+                     + (f" and {more} more" if more > 0 else ""))
+    if not can_check(workload.target_device):
+        lines.append(f"  kernels on {workload.target_device} not checked: this torch build has "
+                     "no such backend")
+    missing = missing_kernels(workload.spec(), workload.target_device)
+    if missing:
+        names = ", ".join(item["qualified"] for item in missing[:4])
+        lines.append(f"  no kernel on {workload.target_device}: "
+                     f"{sum(item['configs'] for item in missing)} configs "
+                     f"({sum(item['calls'] for item in missing)} calls) of {names}"
+                     + (" ..." if len(missing) > 4 else "") + ": they will fail there")
+    if workload.kineto is not None:
+        cover = workload.time_coverage()
+        parts = []
+        for side in ("cpu", "device"):
+            total = cover["total_us"][side]
+            if total:
+                parts.append(f"{side} {100 * cover['captured_us'][side] / total:.1f}% of "
+                             f"{total / 1e3:.3f} ms")
+        lines.append(f"  original time (Kineto: {workload.kineto.get('joined_calls', 0)} of "
+                     f"{workload.kineto.get('calls', 0)} calls joined): captured "
+                     + (", ".join(parts) or "no time recorded"))
+    return lines
+

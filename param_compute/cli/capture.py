@@ -1,0 +1,192 @@
+"""``python -m param_compute.capture``: an execution trace or a live run -> a replayable spec.
+
+    python -m param_compute.capture --from-et trace.json -o spec.json [--skip-views] [--param-form]
+        [--step N|all] [--kineto kineto.json] [--allow-namespace fbgemm] [--target-device cpu]
+    python -m param_compute.capture --run mymodule:train_step -o spec.json [--warmup 1] [--steps 1]
+
+``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
+FUNCTION with no arguments ``--warmup`` times uncaptured (lazy initialization, first-step
+allocation of gradients) and then ``--steps`` times under the capture. Build the model at import
+time (or cache it) so that only the step is captured.
+
+Writes the spec, validated the way ``run_benchmark`` validates it, and ``NAME.capture.json``
+beside it (what was captured, every call not captured with its kind and reason, the steps, how
+layouts were obtained, configs with no kernel on ``--target-device``, original times joined
+from ``--kineto``). The summary says it in one short line per group; ``-v`` logs every call not
+captured. Exit status: 0 written, 2 bad arguments or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from param_compute.errors import EXIT_INVALID, SpecError
+
+SHOWN_SKIPS = 10
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m param_compute.capture",
+        description="Capture the aten op configs of a PyTorch execution trace or of a live run "
+                    "into a spec that run_benchmark replays (counts kept).")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-et", type=Path, metavar="TRACE",
+                        help="a PyTorch execution trace (ExecutionTraceObserver JSON, .gz too)")
+    source.add_argument("--run", metavar="MODULE:FUNCTION",
+                        help="call FUNCTION of MODULE under a live capture (forward and "
+                             "backward, whatever it runs)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the spec to write")
+    p.add_argument("--skip-views", action="store_true",
+                   help="drop view/alias bookkeeping ops (view, transpose, as_strided, ...)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="--run: uncaptured calls before capturing (default 1)")
+    p.add_argument("--steps", type=int, default=1,
+                   help="--run: captured calls (counts add up; default 1)")
+    p.add_argument("--param-form", action="store_true",
+                   help="write every aten call in the form PARAM's own replay runs (all "
+                        "declared arguments positional, enum values as integer codes); the "
+                        "report lists what PARAM still won't reproduce")
+    p.add_argument("--no-validate", action="store_true",
+                   help="write the spec without validating it")
+    p.add_argument("--step", metavar="N|all",
+                   help="--from-et: the ProfilerStep#N window to capture, or 'all' (counts are "
+                        "then totals); default: the last complete step")
+    p.add_argument("--kineto", type=Path, metavar="FILE",
+                   help="--from-et: a Kineto trace of the same run (JSON, .gz or a .tar.gz "
+                        "archive): each config gets its original CPU and device time "
+                        "(original_us), the summary the coverage by time")
+    p.add_argument("--allow-namespace", action="append", default=[], metavar="NS",
+                   help="capture operators of namespace NS besides aten (repeatable); the run "
+                        "must allow it too (run_benchmark --allow-namespace NS)")
+    p.add_argument("--target-device", default=None, metavar="DEVICE",
+                   help="the device the spec will replay on, whose kernels are checked for "
+                        "every config (default: cuda if available, else cpu)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log every call not captured, with its reason")
+    return p
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_namespaces(namespaces: List[str]) -> None:
+    """Import the libraries registering allowed namespaces' operators (fbgemm: fbgemm_gpu)."""
+    from param_compute.operators.resolution import load_namespace
+
+    for namespace in namespaces:
+        load_namespace(namespace)
+
+
+def load_function(target: str) -> Callable[[], object]:
+    """``module:function`` (or ``module:object.method``) -> the callable."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"--run {target!r}: write MODULE:FUNCTION")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    value = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    if not callable(value):
+        raise ValueError(f"--run {target!r}: {attribute} is not callable")
+    return value
+
+
+def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
+                skip_views: bool = False, source: str = "live capture",
+                allow_namespaces: Sequence[str] = ()):
+    from param_compute.capture.live import capture_ops
+
+    for _ in range(warmup):
+        function()
+    with capture_ops(skip_views=skip_views, source=source,
+                     allow_namespaces=allow_namespaces) as cap:
+        for _ in range(steps):
+            function()
+    return cap.workload
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.warmup < 0 or args.steps < 1:
+        print("error: --warmup must be >= 0 and --steps >= 1", file=sys.stderr)
+        return EXIT_INVALID
+    if args.from_et is None and (args.step is not None or args.kineto is not None):
+        print("error: --step and --kineto read an execution trace: use them with --from-et",
+              file=sys.stderr)
+        return EXIT_INVALID
+    logger = logging.getLogger("param_compute.capture")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    if args.verbose:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        return _main(args)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = args.target_device or _default_device()
+    try:
+        if args.from_et is not None:
+            from param_compute.capture.execution_trace import capture_execution_trace
+
+            workload = capture_execution_trace(
+                args.from_et, skip_views=args.skip_views, step=args.step,
+                allow_namespaces=args.allow_namespace, kineto=args.kineto,
+                target_device=target)
+        else:
+            _load_namespaces(args.allow_namespace)
+            function = load_function(args.run)
+            workload = capture_run(function, args.warmup, args.steps, args.skip_views,
+                                   source=f"--run {args.run}",
+                                   allow_namespaces=args.allow_namespace)
+            workload.target_device = target
+    except (OSError, ValueError, ImportError, AttributeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    spec, notes = workload.spec_and_notes(args.param_form)
+    if not spec:
+        print(f"error: nothing to replay: {workload.summary()}", file=sys.stderr)
+        return EXIT_INVALID
+    if not args.no_validate:
+        from param_compute.runtime.session import Toolchain
+
+        try:
+            toolchain = Toolchain.start()
+            toolchain.resolver.allow(args.allow_namespace)
+            toolchain.validate(spec, str(args.output))
+        except SpecError as exc:  # a capture bug: say so, but keep what was captured
+            print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
+    spec_path, report = workload.write_spec(args.output, spec, notes)
+    print("\n".join(workload.summary_lines()))
+    if notes is not None:
+        from param_compute.capture.param_form import note_summary
+
+        print(f"  {note_summary(notes, workload.configs)}")
+        shown = sorted(notes, key=lambda n: not n.fails)[:SHOWN_SKIPS]
+        for note in shown:
+            effect = "fails" if note.fails else "differs"
+            print(f"    {effect}: {note.op} input {note.input_index}: {note.reason}")
+        if len(notes) > SHOWN_SKIPS:
+            print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report}")
+    if workload.skipped:
+        print(f"  every call not captured, with its reason: {report}"
+              + ("" if args.verbose else " (or -v)"))
+    print(f"spec: {spec_path}\nreport: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Plugins: the interfaces workloads implement, per-toolchain registries, and loading them."""

@@ -1,0 +1,1 @@
+"""Stage 4, results: typed records, statistics, the one results-file reader/writer, sinks and analysis tools."""

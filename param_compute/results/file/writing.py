@@ -1,0 +1,190 @@
+"""Writing results files: one encoded line per write, tails repaired before appending.
+
+See :mod:`param_compute.results.file` for the format and the rules.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+
+from param_compute.results.file.reading import (_CHUNK, MAX_LINE_BYTES, LineProblem, PathLike,
+                                                ResultsFileError, _parse)
+
+#: Sync policies of :class:`ResultsWriter`: flush lines only (the OS writes them out), also
+#: fsync the header and the finish line (default), or fsync every flushed line.
+SYNC_NONE, SYNC_ENDS, SYNC_EVERY = "none", "ends", "every"
+
+
+def _plain(value: Any) -> Any:
+    """Last-resort conversion so a header or config never holds a Python repr."""
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+#: One encoder for every line (``json.dumps`` with options builds a new one per call). Records
+#: are trees built from JSON values, so the circular-reference bookkeeping is skipped; a cycle
+#: would still fail, with a RecursionError.
+_ENCODER = json.JSONEncoder(separators=(", ", ": "), default=_plain, check_circular=False)
+
+
+def encode_line(value: Dict[str, Any]) -> str:
+    """One results line: the object's JSON and a line break."""
+    return _ENCODER.encode(value) + "\n"
+
+
+def _last_line_start(stream, end: int) -> int:
+    """Offset just after the last line break before ``end`` (0 when there is none)."""
+    position = end
+    while position > 0:
+        size = min(_CHUNK, position)
+        position -= size
+        stream.seek(position)
+        chunk = stream.read(size)
+        index = chunk.rfind(b"\n")
+        if index >= 0:
+            return position + index + 1
+    return 0
+
+
+def repair_tail(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Optional[LineProblem]:
+    """Make a results file safe to append to: cut a torn last line off (returned: where it was,
+    its size), or end a whole last line that lacks its line break. No-op on a missing file."""
+    path = Path(path)
+    try:
+        stream = open(path, "r+b")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ResultsFileError(f"{path}: cannot open for appending: {exc.strerror or exc}"
+                               ) from None
+    with stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise ResultsFileError(f"{path}: not a regular file")
+        end = stream.seek(0, os.SEEK_END)
+        if end == 0:
+            return None
+        stream.seek(end - 1)
+        if stream.read(1) == b"\n":
+            return None
+        start = _last_line_start(stream, end)
+        size = end - start
+        if size < max_line_bytes:
+            stream.seek(start)
+            value, _ = _parse(stream.read(size))
+            if value is not None:  # whole: only its line break is missing
+                stream.seek(end)
+                stream.write(b"\n")
+                return None
+        stream.seek(0)
+        number = sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(_CHUNK), b"")) + 1
+        stream.truncate(start)
+        return LineProblem(number, start, size, "torn last line (no line break, not whole "
+                                                "JSON): cut off", torn=True)
+
+
+class ResultsWriter:
+    """Writes one results file: a header (or a resume marker), lines, a finish line.
+
+    Every line is encoded whole and written with one ``write`` inside ``critical()`` (a signal
+    guard: the line is complete before a signal is handled). ``write(value, flush=False)``
+    leaves a line to the stream's buffer (cheap lines by the hundred thousand, such as dry-run
+    records); the buffer only ever holds whole lines. ``sync`` (``SYNC_*``) says which flushed
+    lines are also fsynced.
+    """
+
+    def __init__(self, path: PathLike, stream, sync: str = SYNC_ENDS,
+                 critical: Optional[Callable[[], ContextManager]] = None):
+        if sync not in (SYNC_NONE, SYNC_ENDS, SYNC_EVERY):
+            raise ValueError(f"sync must be one of none, ends, every; got {sync!r}")
+        self.path = Path(path)
+        self.stream = stream
+        self.sync = sync
+        self.critical = critical or nullcontext
+        self.lines = 0
+
+    @classmethod
+    def _open(cls, path: PathLike, mode: str, sync: str, critical) -> "ResultsWriter":
+        path = Path(path)
+        flags = (os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                 | (os.O_APPEND if "a" in mode else os.O_TRUNC))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Never through a symbolic link (one planted at the results' name is refused).
+            stream = os.fdopen(os.open(path, flags, 0o644), mode, encoding="utf-8")
+        except OSError as exc:
+            raise ResultsFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        return cls(path, stream, sync, critical)
+
+    @classmethod
+    def create(cls, path: PathLike, header: Dict[str, Any], append: bool = False,
+               sync: str = SYNC_ENDS, critical=None) -> "ResultsWriter":
+        """A new results file starting with ``header`` (``append``: after what the file holds,
+        a torn last line cut off first)."""
+        if append:
+            repair_tail(path)
+        writer = cls._open(path, "a" if append else "w", sync, critical)
+        writer.write(header, durable=True)
+        return writer
+
+    @classmethod
+    def resume(cls, path: PathLike, marker: Dict[str, Any], sync: str = SYNC_ENDS,
+               critical=None) -> Tuple["ResultsWriter", Optional[LineProblem]]:
+        """Continue a results file: repair its tail, append the resume ``marker``. Returns the
+        writer and the torn line cut off, if any."""
+        cut = repair_tail(path)
+        writer = cls._open(path, "a", sync, critical)
+        writer.write(marker, durable=True)
+        return writer, cut
+
+    def write(self, value: Dict[str, Any], flush: bool = True, durable: bool = False) -> None:
+        """One whole line; ``flush``: to the OS now; ``durable``: to the disk now (with the
+        policy ``ends``; ``every`` makes every flushed line durable, ``none`` none)."""
+        line = encode_line(value)
+        with self.critical():
+            self.stream.write(line)
+            self.lines += 1
+            if flush or durable:
+                self.stream.flush()
+                if self.sync == SYNC_EVERY or (durable and self.sync == SYNC_ENDS):
+                    try:
+                        os.fsync(self.stream.fileno())
+                    except OSError as exc:  # /dev/null and the like cannot be synced
+                        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
+                            raise
+
+    def finish(self, value: Dict[str, Any]) -> None:
+        """The finish line (made durable), then close."""
+        self.write(value, durable=True)
+        self.close()
+
+    def close(self) -> None:
+        if self.stream is not None and not self.stream.closed:
+            self.stream.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.stream is None or self.stream.closed
+
+
+def write_results(path: PathLike, header: Dict[str, Any], lines: List[Dict[str, Any]],
+                  finish: Dict[str, Any], sync: str = SYNC_ENDS) -> None:
+    """A whole results file at once (a merge): header, lines, finish line."""
+    writer = ResultsWriter.create(path, header, sync=sync)
+    try:
+        for value in lines:
+            writer.write(value, flush=False)
+        writer.finish(finish)
+    finally:
+        writer.close()

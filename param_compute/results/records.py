@@ -1,0 +1,186 @@
+"""Typed result records and their JSON form (PARAM's layout, extended compatibly).
+
+A results file is JSON Lines: a header ``{run_options, sys_info, start_time}``, one line per run
+``{op_name, id, status, metric, stats, config}`` (plus ``error`` when a run failed), and a last
+line ``{finish_time, ...}``. Times are milliseconds.
+
+A reader written for PARAM's files reads ours: every ``metric`` value is a list of numbers, the
+``*.gpu.memory`` lists are there on every device (zeros where the device has none), every run
+record has a ``metric`` dict, and the header carries PARAM's keys (``add_param_header_keys``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from param_compute.results.stats import is_noisy, summarize
+from param_compute.results.targets import evaluate_target
+from param_compute.results.utilization import utilization
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_DRY_RUN = "dry-run"
+
+
+@dataclass
+class PassResult:
+    """Times of one pass (``forward`` or ``backward``) of one run.
+
+    ``extra`` holds further PARAM-style metrics by name (``measure.gpu.memory`` in MB,
+    ``measure.host_time``, ``compile.time``...). ``iterations`` counts measured calls (in
+    continuous mode each ``measure.time`` value is the mean of a block of calls). ``flops`` and
+    ``bytes`` are the work of one call, when counted; ``peaks`` the machine's peaks for the
+    pass's dtype (``flops_per_s``, ``bytes_per_s``), when calibrated.
+    """
+
+    name: str
+    warmup_ms: List[float]
+    measure_ms: List[float]
+    extra: Dict[str, List[float]] = field(default_factory=dict)
+    iterations: Optional[int] = None
+    flops: Optional[int] = None
+    bytes: Optional[int] = None
+    peaks: Optional[Dict[str, Any]] = None
+
+    def metric(self) -> Dict[str, List[float]]:
+        """PARAM's metric dict: every value a list of numbers (counts too)."""
+        out: Dict[str, Any] = {"warmup.time": self.warmup_ms, "measure.time": self.measure_ms}
+        out.update(self.extra)
+        for phase, times in (("warmup", self.warmup_ms), ("measure", self.measure_ms)):
+            # PARAM writes a peak per iteration, 0 where the device has no memory counter.
+            out.setdefault(f"{phase}.gpu.memory", [0] * len(times))
+        if self.iterations is not None:
+            out["measure.iterations"] = [self.iterations]
+        return out
+
+    def throughput(self, median_ms: Optional[float]) -> Optional[Dict[str, Optional[float]]]:
+        """FLOPs and bytes per call with TFLOP/s and GB/s at ``median_ms``; with peaks, also
+        ``flops_util``, ``bw_util``, ``intensity`` and the ``bound`` (``utilization``)."""
+        if self.flops is None and self.bytes is None:
+            return None
+        seconds = median_ms / 1e3 if median_ms else None
+        rates = {
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "tflops_per_s": self.flops / seconds / 1e12 if seconds and self.flops is not None
+            else None,
+            "gb_per_s": self.bytes / seconds / 1e9 if seconds and self.bytes is not None
+            else None,
+        }
+        rates.update(utilization(self.flops, self.bytes, seconds, self.peaks))
+        return rates
+
+
+@dataclass
+class RunError:
+    type: str
+    message: str
+    phase: str  # "build", "data", "forward", "backward"
+
+
+@dataclass
+class RunRecord:
+    op_name: str
+    id: str
+    config: Dict[str, Any]
+    status: str = STATUS_OK
+    passes: List[PassResult] = field(default_factory=list)
+    error: Optional[RunError] = None
+    #: The config's target (``{metric, value}``), judged in ``to_json``; ``--verify``'s verdict.
+    target: Optional[Dict[str, Any]] = None
+    verify: Optional[Dict[str, Any]] = None
+
+    def stats(self) -> Dict[str, Optional[Dict[str, float]]]:
+        return {p.name: summarize(p.measure_ms) for p in self.passes}
+
+    @property
+    def count(self) -> Optional[int]:
+        """How often a captured config occurred in its workload (its input's ``count``)."""
+        config_input = self.config.get("input") if isinstance(self.config, dict) else None
+        return config_input.get("count") if isinstance(config_input, dict) else None
+
+    @property
+    def original_us(self) -> Optional[Dict[str, Any]]:
+        """A captured config's mean time per call in the captured run (its input's
+        ``original_us``: ``{"cpu", "device"}`` µs), when the capture joined a Kineto trace."""
+        config_input = self.config.get("input") if isinstance(self.config, dict) else None
+        return config_input.get("original_us") if isinstance(config_input, dict) else None
+
+    @classmethod
+    def from_fields(cls, fields: Dict[str, Any]) -> "RunRecord":
+        """Rebuild a record from ``dataclasses.asdict`` output (records cross process bounds)."""
+        fields = dict(fields)
+        fields["passes"] = [PassResult(**p) for p in fields.get("passes", [])]
+        if fields.get("error") is not None:
+            fields["error"] = RunError(**fields["error"])
+        return cls(**fields)
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
+        if self.count is not None:
+            out["count"] = self.count
+        if self.original_us is not None:
+            out["original_us"] = self.original_us
+        if self.passes:  # an error record keeps the passes measured before the failure
+            stats = self.stats()
+            out["metric"] = {p.name: p.metric() for p in self.passes}
+            out["stats"] = stats
+            throughput = {p.name: p.throughput(stats[p.name]["median"] if stats[p.name] else None)
+                          for p in self.passes}
+            if any(throughput.values()):
+                out["throughput"] = throughput
+            noisy = [name for name, s in stats.items() if is_noisy(s)]
+            if noisy:
+                out["noisy"] = noisy
+            if self.target is not None:
+                out["target"] = evaluate_target(self.target, stats, throughput)
+        else:
+            out["metric"] = self._unmeasured_metric()
+        if self.verify is not None:
+            out["verify"] = self.verify
+        if self.error is not None:
+            out["error"] = {"type": self.error.type, "message": self.error.message,
+                            "phase": self.error.phase}
+            if self.error.phase == "backward" and "backward" not in out["metric"]:
+                out["metric"]["backward"] = PassResult("backward", [], []).metric()
+        out["config"] = self.config
+        return out
+
+    def _unmeasured_metric(self) -> Dict[str, Any]:
+        """A planned run's metric is empty, as PARAM's with no iteration; a run that failed
+        before measuring anything has the forward pass's keys with empty lists."""
+        if self.status == STATUS_DRY_RUN:
+            return {}
+        return {"forward": PassResult("forward", [], []).metric()}
+
+
+#: PARAM's string forms of its pass and execution-mode enums, as its results header writes them.
+PARAM_PASS_TYPE = {False: "ExecutionPass.FORWARD", True: "ExecutionPass.BACKWARD"}
+
+
+def param_exec_mode(mode: str) -> str:
+    """``"continuous_events"`` -> ``"OpExecutionMode.CONTINUOUS_EVENTS"``."""
+    return f"OpExecutionMode.{str(mode).upper()}"
+
+
+def add_param_header_keys(header: Dict[str, Any], cmd_args: Dict[str, Any]) -> Dict[str, Any]:
+    """Put PARAM's header keys beside ours (in place; returns ``header``).
+
+    ``run_options``: ``pass_type``/``op_exec_mode`` in PARAM's enum string forms (ours stay in
+    ``backward``/``exec_mode``), ``cuda_l2_cache`` as PARAM's bool, ``time_unit``,
+    ``cmd_args`` (the command line's values); ``sys_info``: ``param_train_compute_version``
+    (our version).
+    """
+    options = header.setdefault("run_options", {})
+    options["pass_type"] = PARAM_PASS_TYPE[bool(options.get("backward"))]
+    options["op_exec_mode"] = param_exec_mode(options.get("exec_mode") or "discrete")
+    if isinstance(options.get("cuda_l2_cache"), str):
+        options["cuda_l2_cache"] = options["cuda_l2_cache"] == "on"
+    options.setdefault("time_unit", "millisecond")
+    options["pt2-model"] = bool(options.get("pt2_model"))
+    options["cuda-graph"] = bool(options.get("cuda_graph"))
+    options["cmd_args"] = cmd_args
+    info = header.setdefault("sys_info", {})
+    info["param_train_compute_version"] = info.get("param_compute_version", "unknown")
+    return header

@@ -1,0 +1,133 @@
+"""``--resume``: which runs an interrupted results file already holds, and whether it fits.
+
+The file is scanned once with ``results.file`` (one line in memory at a time): every whole run
+line is a completed run (skipped now). A damaged line anywhere is reported with its line number
+and left where it is; it never shortens the file, and its run, if any, runs again. Only a torn
+last line (the one torn-line rule of ``results.file``) is cut off, by the writer, before the
+resume marker is appended. After any sequence of kills and resumes every completed id appears
+once and every line the tools use is JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+from param_compute.errors import OptionsError
+from param_compute.plan.runplan import PlannedRun
+from param_compute.plan.runkey import key_of
+from param_compute.results.file import (HEADER, RECORD, LineProblem, ResultsFileError,
+                                        iter_results)
+
+log = logging.getLogger("param_compute")
+
+
+def spec_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+#: Run options that change what a record measures: a resumed file must keep them all.
+MEASURING_KEYS = ("device", "warmup", "iteration", "backward", "exec_mode", "num_threads",
+                  "seed", "min_time", "max_iteration", "warmup_time", "verify", "cuda_l2_cache",
+                  "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace")
+
+
+#: Machine facts (``sys_info``) a resumed file must keep: its runs would not be comparable.
+SYSTEM_KEYS = ("hostname", "cuda_device_name", "pytorch_version")
+
+
+@dataclass
+class ResumeState:
+    path: Path
+    header: Optional[Dict[str, Any]] = None
+    completed: Set[str] = field(default_factory=set)  # run keys (op|config|build|input)
+    damaged: List[LineProblem] = field(default_factory=list)  # left in place, reported
+    torn: Optional[LineProblem] = None  # the last line, cut off when writing resumes
+
+    @property
+    def torn_line(self) -> bool:
+        return self.torn is not None
+
+    def wants(self, run: PlannedRun) -> bool:
+        """Run filter: only the runs not already in the file."""
+        return run.key not in self.completed
+
+    def check_matches(self, digest: str, dry_run: bool,
+                      run_options: Optional[Dict[str, Any]] = None,
+                      allow_mixed: bool = False,
+                      sys_info: Optional[Dict[str, Any]] = None) -> None:
+        """Refuse (exit 2) to resume a file whose header says it was written for another spec
+        (or says nothing about its spec), or with other measuring options (``MEASURING_KEYS``)
+        than ``run_options``; ``allow_mixed`` (``--resume-mixed``) lets the user mix them."""
+        if self.header is None:
+            return
+        options = self.header.get("run_options", {})
+        if not isinstance(options, dict):
+            options = {}
+        if options.get("spec_sha256") != digest and not allow_mixed:
+            which = ("names no spec (no spec_sha256 in its header)"
+                     if options.get("spec_sha256") is None else "was written for a different "
+                     f"spec ({options.get('config_file')})")
+            raise OptionsError(f"--resume: {self.path} {which}; resume with that spec, write to "
+                               "a new --output, or pass --resume-mixed to mix them")
+        differ = [f"{key}: {options.get(key)!r} in the file, {run_options.get(key)!r} now"
+                  for key in MEASURING_KEYS if run_options is not None
+                  and key in run_options and options.get(key) != run_options.get(key)]
+        machine = self.header.get("sys_info")
+        if isinstance(machine, dict) and sys_info is not None:  # another host, GPU or torch
+            differ += [f"{key}: {machine[key]!r} in the file, {sys_info[key]!r} now"
+                       for key in SYSTEM_KEYS if machine.get(key) is not None
+                       and sys_info.get(key) is not None and machine[key] != sys_info[key]]
+        if differ and not allow_mixed:
+            raise OptionsError(f"--resume: {self.path} was measured with other settings ("
+                               + "; ".join(differ) + "); rerun with the same options, write to "
+                               "a new --output, or pass --resume-mixed to mix them")
+        if bool(options.get("dry_run")) != dry_run:
+            raise OptionsError(f"--resume: {self.path} holds a "
+                               f"{'dry' if options.get('dry_run') else 'measured'} run; "
+                               f"this one is {'dry' if dry_run else 'measured'}")
+
+    def marker(self, now: str, run_options: Dict[str, Any]) -> Dict[str, Any]:
+        """The line that records this resumption."""
+        return {"resume_time": now, "completed_runs": len(self.completed),
+                "dropped_torn_line": self.torn_line,
+                "damaged_lines": [p.line for p in self.damaged],
+                "resume_options": run_options}
+
+    def report(self) -> None:
+        """Log what the scan found: runs done, damaged lines kept, a torn line to cut."""
+        if self.completed:
+            log.info("resuming %s: %d runs already done%s", self.path, len(self.completed),
+                     ", cutting off a torn last line" if self.torn_line else "")
+        for problem in self.damaged:
+            log.warning("%s (left in place; its run, if any, runs again)",
+                        problem.describe(self.path))
+
+
+def scan_results(path: Path) -> ResumeState:
+    """Read a results file for resuming; a missing or empty file resumes nothing. Raises
+    ``OptionsError`` (exit 2) for a file that is not a results file."""
+    state = ResumeState(Path(path))
+    try:
+        if not state.path.exists() or (state.path.is_file() and state.path.stat().st_size == 0):
+            return state
+        for line in iter_results(path):
+            if line.problem is not None:
+                if line.problem.torn:
+                    state.torn = line.problem
+                else:
+                    state.damaged.append(line.problem)
+                continue
+            kind = line.kind
+            if kind == RECORD:
+                state.completed.add(key_of(line.value["op_name"], line.value["id"]))
+            elif kind == HEADER and state.header is None:
+                state.header = line.value
+    except ResultsFileError as exc:
+        raise OptionsError(f"--resume: {exc}") from None
+    except OSError as exc:
+        raise OptionsError(f"--resume: cannot read {path}: {exc.strerror or exc}") from None
+    return state

@@ -1,0 +1,43 @@
+"""How close a pass came to the machine's limits: utilization of peak FLOP/s and bandwidth.
+
+Peaks come from ``python -m param_compute.calibrate`` (or ``--peaks FILE``) as
+``{"flops_per_s": F, "bytes_per_s": B}`` for the pass's dtype. The bound that applies is read
+off the roofline: a pass whose arithmetic intensity (FLOPs per byte touched) is at or above the
+machine balance (F / B) is compute-bound, below it memory-bound. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+
+def utilization(flops: Optional[int], nbytes: Optional[int], seconds: Optional[float],
+                peaks: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``flops_util``, ``bw_util`` (fractions of peak), ``intensity`` (FLOP/byte) and
+    ``bound`` ("compute" or "memory") for one call's work done in ``seconds``; the keys whose
+    inputs are missing are left out."""
+    if not peaks or not seconds:
+        return {}
+    peak_flops, peak_bw = peaks.get("flops_per_s"), peaks.get("bytes_per_s")
+    out: Dict[str, Any] = {}
+    if flops is not None and peak_flops:
+        out["flops_util"] = flops / seconds / peak_flops
+    if nbytes is not None and peak_bw:
+        out["bw_util"] = nbytes / seconds / peak_bw
+    if flops is not None and nbytes:
+        out["intensity"] = flops / nbytes
+    if flops is not None and nbytes and peak_flops and peak_bw:
+        out["bound"] = "compute" if flops / nbytes >= peak_flops / peak_bw else "memory"
+    elif flops == 0 and nbytes and peak_bw:
+        out["bound"] = "memory"  # no arithmetic at all: only bandwidth can limit it
+    if "bound" in out:
+        out["util"] = out.get("flops_util" if out["bound"] == "compute" else "bw_util")
+    return out
+
+
+def percent_of_peak(throughput: Optional[Dict[str, Any]]) -> str:
+    """The table's cell: the utilization of the bound that applies, e.g. ``"83% mem"``."""
+    if not throughput or throughput.get("util") is None:
+        return "-"
+    kind = "mem" if throughput["bound"] == "memory" else "FLOP"
+    return f"{throughput['util']:.0%} {kind}"

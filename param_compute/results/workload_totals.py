@@ -1,0 +1,202 @@
+"""Where a captured workload's time goes: each config's median times its ``count``, by operator.
+
+A captured spec (``python -m param_compute.capture``) carries, per input config, how often the
+config occurred in the captured step. Replaying it measures each config once; the workload's time
+is then the sum over configs of median x count. This module keeps those sums as records arrive
+(constant memory: per-operator totals and the few largest configs), torch-free.
+
+Where the capture joined a Kineto trace (``capture --kineto``), each record also carries its
+config's ``original_us`` (mean CPU and device time per call in the captured run): the original
+time of each op (x count) is summed beside the replayed one, so that where a replay differs from
+production shows at a glance (``comparison_rows``; ``python -m param_compute.workload_totals
+RESULTS.json`` prints the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from param_compute.results.records import STATUS_OK, RunRecord
+from param_compute.results.stats import summarize
+
+#: The pass whose median a captured config's count multiplies (captured ops replay forward).
+WORKLOAD_PASS = "forward"
+
+
+@dataclass
+class OpTotal:
+    op_name: str
+    total_ms: float = 0.0
+    configs: int = 0
+    calls: int = 0
+    original_cpu_ms: float = 0.0  # Σ original_us.cpu x count, over configs that carry it
+    original_device_ms: float = 0.0
+    original_calls: int = 0  # calls whose config carries an original time
+
+
+@dataclass
+class WorkloadTotals:
+    """Running sums of median x count over the records that carry a count."""
+
+    top: int = 10
+    total_ms: float = 0.0
+    calls: int = 0
+    configs: int = 0
+    failed_configs: int = 0
+    failed_calls: int = 0
+    by_op: Dict[str, OpTotal] = field(default_factory=dict)
+    _largest: List[Tuple[float, int, str, str, float, int]] = field(default_factory=list)
+
+    def add(self, record: RunRecord) -> None:
+        count = record.count
+        if count is None:
+            return
+        median = _median(record) if record.status == STATUS_OK else None
+        self._add(record.op_name, record.id, median, count, record.original_us)
+
+    def add_json(self, record: dict) -> None:
+        """The same from a results-file record (its JSON form)."""
+        count = record.get("count")
+        if count is None:
+            return
+        median = ((record.get("stats") or {}).get(WORKLOAD_PASS) or {}).get("median")
+        if record.get("status") != STATUS_OK:
+            median = None
+        self._add(record["op_name"], record["id"], median, count, record.get("original_us"))
+
+    def _add(self, op_name: str, run_id: str, median: Optional[float], count: int,
+             original_us: Optional[Dict[str, Any]] = None) -> None:
+        if isinstance(original_us, dict):
+            op = self.by_op.setdefault(op_name, OpTotal(op_name))
+            op.original_cpu_ms += (original_us.get("cpu") or 0.0) * count / 1e3
+            op.original_device_ms += (original_us.get("device") or 0.0) * count / 1e3
+            op.original_calls += count
+        if median is None:
+            self.failed_configs += 1
+            self.failed_calls += count
+            return
+        total = median * count
+        self.total_ms += total
+        self.calls += count
+        self.configs += 1
+        op = self.by_op.setdefault(op_name, OpTotal(op_name))
+        op.total_ms += total
+        op.configs += 1
+        op.calls += count
+        entry = (total, self.configs, op_name, run_id, median, count)
+        if len(self._largest) < self.top:
+            heapq.heappush(self._largest, entry)
+        else:
+            heapq.heappushpop(self._largest, entry)
+
+    def share(self, total_ms: float) -> float:
+        return total_ms / self.total_ms if self.total_ms else 0.0
+
+    def top_ops(self, n: Optional[int] = None) -> List[OpTotal]:
+        ops = sorted(self.by_op.values(), key=lambda op: op.total_ms, reverse=True)
+        return ops[:n] if n else ops
+
+    def top_configs(self) -> List[Tuple[str, str, float, int, float]]:
+        """(op, id, median ms, count, total ms) of the largest configs, largest first."""
+        return [(op, run_id, median, count, total)
+                for total, _, op, run_id, median, count in sorted(self._largest, reverse=True)]
+
+
+def comparison_rows(totals: WorkloadTotals) -> List[Dict[str, Any]]:
+    """Per op with an original time: replayed Σ median x count beside the original Σ time x
+    count (CPU and device, ms) and replayed / original (device time where recorded, else CPU),
+    largest original first."""
+    rows = []
+    for op in totals.by_op.values():
+        if not op.original_calls:
+            continue
+        original = op.original_device_ms or op.original_cpu_ms
+        rows.append({"op": op.op_name, "configs": op.configs, "calls": op.calls,
+                     "replayed_ms": op.total_ms, "original_cpu_ms": op.original_cpu_ms,
+                     "original_device_ms": op.original_device_ms,
+                     "ratio": op.total_ms / original if original and op.calls else None})
+    return sorted(rows, key=lambda r: -(r["original_device_ms"] or r["original_cpu_ms"]))
+
+
+def format_comparison(rows: List[Dict[str, Any]]) -> str:
+    """The comparison as a plain-text table."""
+    header = (f"{'op':<40} {'calls':>7} {'replayed ms':>12} {'orig cpu ms':>12} "
+              f"{'orig dev ms':>12} {'replay/orig':>11}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
+        lines.append(f"{row['op'][:40]:<40} {row['calls']:>7} {row['replayed_ms']:>12.3f} "
+                     f"{row['original_cpu_ms']:>12.3f} {row['original_device_ms']:>12.3f} "
+                     f"{ratio:>11}")
+    return "\n".join(lines)
+
+
+def workload_section(records: List[Dict[str, Any]]) -> str:
+    """The HTML report's section for a captured workload whose records carry original times:
+    replayed time per op beside production's (empty for other results)."""
+    from html import escape
+
+    totals = WorkloadTotals()
+    for record in records:
+        totals.add_json(record)
+    rows = comparison_rows(totals)
+    if not rows:
+        return ""
+    head = ("op", "configs", "calls", "replayed ms", "original CPU ms", "original device ms",
+            "replayed / original")
+    out = ["<h2>Captured workload: replayed against the original run</h2>",
+           "<p class=\"note\">Σ median × count per op beside the time the captured run spent "
+           "in it (Kineto, mean per call × count); the ratio compares with device time where "
+           "recorded, else CPU time.</p><table><thead><tr>",
+           "".join(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}×" if row["ratio"] is not None else "-"
+        cells = [f"{row['configs']}", f"{row['calls']}", f"{row['replayed_ms']:.3f}",
+                 f"{row['original_cpu_ms']:.3f}", f"{row['original_device_ms']:.3f}", ratio]
+        out.append(f"<tr><td>{escape(row['op'])}</td>"
+                   + "".join(f"<td class=\"num\">{c}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
+    time per op beside the original time (from ``original_us``). Exit 2: unreadable file."""
+    from param_compute.results.file import ResultsFileError, read_results
+
+    parser = argparse.ArgumentParser(
+        prog="python -m param_compute.workload_totals",
+        description="Replayed median x count per op of a captured workload, beside the "
+                    "original time recorded in production (capture --kineto).")
+    parser.add_argument("results", help="a run_benchmark results file")
+    args = parser.parse_args(argv)
+    try:
+        results = read_results(args.results)
+    except (OSError, ResultsFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    totals = WorkloadTotals()
+    for record in results.records:
+        totals.add_json(record)
+    print(f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
+          f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
+                                         f"({totals.failed_calls} calls) not measured"
+                                         if totals.failed_configs else ""))
+    rows = comparison_rows(totals)
+    if rows:
+        print(format_comparison(rows))
+    else:
+        print("no original times: capture with --kineto to compare with production")
+    return 0
+
+
+def _median(record: RunRecord) -> Optional[float]:
+    for measured in record.passes:
+        if measured.name == WORKLOAD_PASS:
+            stats = summarize(measured.measure_ms)
+            return stats["median"] if stats else None
+    return None

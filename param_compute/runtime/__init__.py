@@ -1,0 +1,1 @@
+"""Stage 3b, running: the engine, the executor, generated data, the timing loop, devices and guards."""

@@ -1,0 +1,232 @@
+"""``python -m param_compute.calibrate``: measure this machine's peaks and cache them.
+
+Peak FLOP/s per floating dtype is the best rate of square GEMMs (``torch.mm`` into a
+preallocated output), sizes doubling until a call lasts long enough or two sizes in a row gain less than 2%;
+peak bandwidth is the best of a large copy (2 x N elements moved) and a large add (3 x N),
+counted the way runs count bytes (inputs plus outputs). Both are timed with the run's own clock
+and loop (continuous mode, CUDA events on a GPU), one torch thread unless asked otherwise.
+The peaks go to the per-machine cache (``runtime.peaks``), keyed by device name, driver and
+torch versions and thread count; runs with the same setup then report utilization.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from param_compute.errors import EXIT_INVALID, OptionsError
+from param_compute.runtime.peaks import (FLOATING, Peaks, cache_path, cached_peaks,
+                                         canonical_dtype, cpu_name, machine_key, store)
+
+log = logging.getLogger("param_compute")
+
+#: Seconds of timed calls per GEMM size and per bandwidth kernel.
+SECONDS = 0.4
+CPU_GEMM_SIZES = (256, 512, 1024, 2048, 4096)
+CUDA_GEMM_SIZES = (1024, 2048, 4096, 8192, 16384)
+#: Elements per tensor of the bandwidth kernels: far beyond any cache.
+CPU_STREAM_ELEMENTS = 1 << 25
+CUDA_STREAM_ELEMENTS = 1 << 28
+
+
+def device_identity(device: str) -> Dict[str, str]:
+    import torch
+
+    if device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        driver = f"cuda {torch.version.cuda}"
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            driver += f" driver {pynvml.nvmlSystemGetDriverVersion()}"
+        except Exception:  # NVML is optional: the CUDA version still tells setups apart
+            pass
+        return {"device_name": torch.cuda.get_device_name(index), "driver": driver}
+    return {"device_name": cpu_name(), "driver": "cpu"}
+
+
+def key_for(device: str, threads: int) -> str:
+    import torch
+
+    ident = device_identity(device)
+    return machine_key(ident["device_name"], ident["driver"], torch.__version__, threads)
+
+
+def peaks_for_run(device: str, threads: int, peaks_file: Optional[str]) -> Optional[Peaks]:
+    """The peaks a run uses: ``--peaks FILE``, else the cache's entry for this setup."""
+    if peaks_file:
+        return Peaks.from_file(peaks_file)
+    key = key_for(device, threads)
+    peaks = cached_peaks(key)
+    if peaks is None:
+        log.debug("no calibrated peaks for %s (python -m param_compute.calibrate): no "
+                  "utilization", key)
+    return peaks
+
+
+def main_dtype(value: Any) -> Optional[str]:
+    """The floating dtype of the largest floating tensor in an argument tree."""
+    import torch
+
+    best, size = None, -1
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and item.numel() > size:
+                best, size = str(item.dtype).removeprefix("torch."), item.numel()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return best
+
+
+def _rate(fn, work: float, clock, seconds: float) -> float:
+    """Work per second of ``fn`` at its median block time (continuous loop, after warm-up)."""
+    from param_compute.runtime.timing import ExecMode, time_calls
+
+    warm = time_calls(fn, 2, clock, ExecMode.CONTINUOUS)
+    count = max(3, min(10_000, int(seconds * 1e3 / max(min(warm), 1e-6))))
+    times = time_calls(fn, count, clock, ExecMode.CONTINUOUS)
+    return work / (statistics.median(times) / 1e3)
+
+
+def measure_gemm(device: str, dtype: str, clock, seconds: float = SECONDS) -> Dict[str, Any]:
+    """Best GEMM FLOP/s of ``dtype`` over doubling sizes, with the rate at each size."""
+    import torch
+
+    sizes = CUDA_GEMM_SIZES if device.startswith("cuda") else CPU_GEMM_SIZES
+    torch_dtype = getattr(torch, dtype)
+    by_size: Dict[str, float] = {}
+    best, flat = 0.0, 0
+    for n in sizes:
+        a = torch.rand(n, n, device=device).to(torch_dtype)  # as the default generator
+        b = torch.rand(n, n, device=device).to(torch_dtype)
+        out = torch.empty(n, n, device=device, dtype=torch_dtype)
+        rate = _rate(lambda: torch.mm(a, b, out=out), 2.0 * n ** 3, clock, seconds)
+        del a, b, out
+        by_size[str(n)] = rate
+        call_s = 2.0 * n ** 3 / rate
+        flat = flat + 1 if rate < best * 1.02 else 0
+        best = max(best, rate)
+        if flat >= 2 or call_s > seconds / 3:  # two sizes without gain, or the next is slow
+            break
+    return {"flops_per_s": best, "by_size": by_size}
+
+
+def measure_bandwidth(device: str, clock, seconds: float = SECONDS,
+                      elements: Optional[int] = None) -> Dict[str, Any]:
+    """Best of a large copy and a large add, in bytes per second."""
+    import torch
+
+    n = elements or (CUDA_STREAM_ELEMENTS if device.startswith("cuda") else CPU_STREAM_ELEMENTS)
+    a = torch.rand(n, device=device)
+    b = torch.rand(n, device=device)
+    c = torch.empty(n, device=device)
+    copy = _rate(lambda: c.copy_(a), 2.0 * 4 * n, clock, seconds)
+    add = _rate(lambda: torch.add(a, b, out=c), 3.0 * 4 * n, clock, seconds)
+    return {"bytes_per_s": max(copy, add), "copy_bytes_per_s": copy, "add_bytes_per_s": add,
+            "elements": n}
+
+
+def calibrate(device: str = "cpu", threads: int = 1, dtypes: Sequence[str] = ("float32",),
+              seconds: float = SECONDS, stream_elements: Optional[int] = None) -> Dict[str, Any]:
+    """Measure the peaks of this setup and store them in the cache; the stored entry."""
+    import torch
+
+    from param_compute.runtime.devices import open_device
+
+    torch.set_num_threads(threads)
+    clock = open_device(device, flush_l2=False).clock
+    flops, detail = {}, {}
+    for dtype in dtypes:
+        gemm = measure_gemm(device, dtype, clock, seconds)
+        flops[dtype] = gemm["flops_per_s"]
+        detail[f"gemm_{dtype}"] = gemm["by_size"]
+    stream = measure_bandwidth(device, clock, seconds, stream_elements)
+    detail["stream"] = {k: v for k, v in stream.items() if k != "bytes_per_s"}
+    key = key_for(device, threads)
+    entry = {"flops_per_s": flops, "bytes_per_s": stream["bytes_per_s"], "key": key,
+             **device_identity(device), "torch": torch.__version__, "threads": threads,
+             "measured": datetime.now().isoformat(timespec="seconds"), "detail": detail}
+    entry["path"] = str(store(key, {k: v for k, v in entry.items()}))
+    return entry
+
+
+def spec_dtypes(path: Path) -> List[str]:
+    """The floating dtypes a spec's tensors use (``float32`` when it names none)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise OptionsError(f"-c {path}: cannot read it as JSON: {exc}") from None
+    return spec_dtypes_from(raw)
+
+
+def spec_dtypes_from(raw: Any) -> List[str]:
+    """The floating dtypes of the tensor data specs anywhere in a parsed spec."""
+    found, stack = set(), [raw]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") == "tensor":
+                found.add(canonical_dtype(str(item.get("dtype", "float32"))))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    found.discard(None)
+    return sorted(found) or ["float32"]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m param_compute.calibrate",
+        description="Measure peak FLOP/s (large GEMMs) per dtype and peak memory bandwidth "
+                    "(large copy/add) of this device and thread count; cache them for runs.")
+    parser.add_argument("-d", "--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--dtype", action="append", choices=FLOATING,
+                        help="a floating dtype to calibrate (repeatable; default float32)")
+    parser.add_argument("-c", "--config", type=Path,
+                        help="calibrate the floating dtypes this spec's tensors use")
+    parser.add_argument("--seconds", type=float, default=SECONDS,
+                        help=f"timed seconds per GEMM size and kernel (default {SECONDS})")
+    parser.add_argument("--show", action="store_true",
+                        help="print the cached peaks of this setup; measure nothing")
+    args = parser.parse_args(argv)
+    try:
+        from param_compute.runtime.devices import check_device
+
+        if args.num_threads < 1 or args.seconds <= 0:
+            raise OptionsError("--num-threads and --seconds must be positive")
+        check_device(args.device)
+        if args.show:
+            peaks = cached_peaks(key_for(args.device, args.num_threads))
+            if peaks is None:
+                print(f"no peaks cached for this setup in {cache_path()}")
+                return 1
+            _print(peaks.flops_per_s, peaks.bytes_per_s, peaks.source)
+            return 0
+        dtypes = list(args.dtype or []) + (spec_dtypes(args.config) if args.config else [])
+        entry = calibrate(args.device, args.num_threads, sorted(set(dtypes or ["float32"])),
+                          args.seconds)
+    except OptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    _print(entry["flops_per_s"], entry["bytes_per_s"], f"{entry['path']} [{entry['key']}]")
+    return 0
+
+
+def _print(flops: Dict[str, float], bandwidth: Optional[float], where: str) -> None:
+    for dtype, value in sorted(flops.items()):
+        print(f"peak {dtype:<9} {value / 1e12:10.4f} TFLOP/s")
+    if bandwidth:
+        print(f"peak bandwidth {bandwidth / 1e9:10.2f} GB/s")
+    print(f"cached in {where}")

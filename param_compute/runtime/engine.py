@@ -1,0 +1,189 @@
+"""The engine: run plan -> (executor: built operators, data, timed passes) -> records -> sinks.
+
+This module is torch-free: a dry run plans and writes records without importing torch. The
+measuring side lives in ``executor``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from param_compute.operators.unsafe import unsafe_reason
+from param_compute.plan.runplan import PlannedRun, count_runs, plan_runs
+from param_compute.runtime.options import RunOptions
+from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunError,
+                                           RunRecord)
+from param_compute.results.sinks.base import RecordSink, RunSummary
+from param_compute.runtime.signals import GUARD, Interrupted
+from param_compute.spec.model import BenchmarkSpec
+
+log = logging.getLogger("param_compute")
+
+
+class RunSelector:
+    """``--resume-id`` (runs before it are skipped; it runs) and ``--stop-id`` (it and all after
+    are skipped), matched against ``op_name|id``."""
+
+    def __init__(self, resume_id: Optional[str], stop_id: Optional[str]):
+        self.resume_id = resume_id
+        self.stop_id = stop_id
+        self.resumed = resume_id is None
+        self.stopped = False
+
+    def wants(self, run: PlannedRun) -> bool:
+        if self.resume_id is None and self.stop_id is None:
+            return True
+        key = run.key
+        if self.stop_id is not None and key == self.stop_id:
+            self.stopped = True
+        if self.stopped:
+            return False
+        if not self.resumed and key == self.resume_id:
+            self.resumed = True
+        return self.resumed
+
+    def unmatched(self) -> List[str]:
+        out = []
+        if not self.resumed:
+            out.append(f"--resume-id {self.resume_id!r} matched no run, so nothing ran")
+        if self.stop_id is not None and not self.stopped:
+            out.append(f"--stop-id {self.stop_id!r} matched no run")
+        return out
+
+
+class Engine:
+    """Runs a validated spec with given options, streaming records to the sinks."""
+
+    def __init__(self, spec: BenchmarkSpec, options: RunOptions, toolchain,
+                 sinks: Iterable[RecordSink] = (),
+                 run_filters: Sequence[Callable[[PlannedRun], bool]] = ()):
+        """``toolchain`` (``runtime.toolchain.Toolchain``) gives the config iterators and the
+        executor's context; ``run_filters`` further select runs (a shard's slice, runs not yet
+        done when resuming); a run every filter accepts and ``--resume-id``/``--stop-id`` select
+        runs."""
+        self.spec = spec
+        self.options = options
+        self.iterators = toolchain.registries.config_iterators
+        self.toolchain = toolchain
+        self.sinks = list(sinks)
+        self.run_filters = list(run_filters)
+        self._isolated = None  # the worker for runs that must be isolated (``_execute``)
+        #: Runs not executed but recorded as errors, by key -> message (a config that crashed
+        #: the previous attempt: ``runtime.crash_marker``).
+        self.refused: Dict[str, str] = {}
+        self._before_execute = [sink.before_execute for sink in self.sinks
+                                if hasattr(sink, "before_execute")]
+
+    def plan(self) -> Iterable[PlannedRun]:
+        return plan_runs(self.spec, self.iterators, self.options.device)
+
+    def total(self) -> Optional[int]:
+        return count_runs(self.spec, self.iterators)
+
+    def _executor(self):
+        if self.options.dry_run:
+            return None
+        context = self.toolchain.context(self.spec, self.options)
+        if self.options.isolate:
+            from param_compute.runtime.isolation import IsolatedExecutor
+
+            return IsolatedExecutor(context)
+        from param_compute.runtime.executor import Executor  # the torch side
+
+        return Executor(context)
+
+    def run(self) -> RunSummary:
+        """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
+        summary = RunSummary()
+        selector = RunSelector(self.options.resume_id, self.options.stop_id)
+        for sink in self.sinks:
+            sink.start(self.total())
+        executor = None
+        before = [sink.before_run for sink in self.sinks if hasattr(sink, "before_run")]
+        try:
+            executor = self._executor()
+            for run in self.plan():
+                for hook in before:
+                    hook(run)
+                if not selector.wants(run) or not all(f(run) for f in self.run_filters):
+                    summary.skipped += 1
+                    self._emit(run, None)
+                    if selector.stopped:
+                        break
+                    continue
+                if executor is None:
+                    record = RunRecord(run.op_name, run.id, run.config(), STATUS_DRY_RUN)
+                    summary.dry_run += 1
+                else:
+                    record = self._execute(executor, run)
+                    if record.status == STATUS_OK:
+                        summary.ok += 1
+                    else:
+                        summary.failed.append(record)
+                self._emit(run, record)
+                if self.options.fail_fast and record.status == STATUS_ERROR:
+                    summary.stopped_early = True
+                    log.warning("stopping at the first failure (--fail-fast)")
+                    break
+        except (KeyboardInterrupt, Interrupted) as stop:
+            summary.interrupted = getattr(stop, "signum", signal.SIGINT)
+            log.warning("interrupted by %s: writing the summary", signal.Signals(
+                summary.interrupted).name)
+        finally:
+            if executor is not None:
+                executor.close()
+            if self._isolated is not None:
+                self._isolated.close()
+                self._isolated = None
+        summary.unmatched_ids = [] if summary.interrupted else selector.unmatched()
+        for message in summary.unmatched_ids:
+            log.warning("%s", message)
+        self._end_runs(summary)
+        # However many signals arrive now, every sink finishes (one finish line, always).
+        with GUARD.held() as held:
+            for sink in self.sinks:
+                sink.finish(summary)
+        if held.signum is not None and not summary.interrupted:
+            summary.interrupted = held.signum
+        return summary
+
+    def _execute(self, executor, run: PlannedRun) -> RunRecord:
+        """A run of an operator known to touch memory out of bounds (``operators.unsafe``) goes
+        to an isolated worker even without ``--isolate``: its crash is an error record."""
+        if run.key in self.refused:
+            return RunRecord(run.op_name, run.id, run.config(), STATUS_ERROR,
+                             error=RunError("CrashedBefore", self.refused[run.key], "run"))
+        for hook in self._before_execute:
+            hook(run)
+        reason = None if self.options.isolate else unsafe_reason(run.op_name, run.input)
+        if reason is None:
+            return executor.execute(run)
+        log.warning("%s: %s: measured in an isolated worker", run.key, reason)
+        if self._isolated is None:
+            from param_compute.runtime.isolation import IsolatedExecutor
+
+            self._isolated = IsolatedExecutor(self.toolchain.context(self.spec, self.options))
+        return self._isolated.execute(run)
+
+    def _end_runs(self, summary: RunSummary) -> None:
+        """The sinks' ``end_runs``, ``finish_fields`` and ``summary_lines`` hooks, in order."""
+        for sink in self.sinks:
+            if hasattr(sink, "end_runs"):
+                try:
+                    sink.end_runs(summary)
+                except (KeyboardInterrupt, Interrupted) as stop:  # the finish still happens
+                    summary.interrupted = summary.interrupted or getattr(stop, "signum",
+                                                                         signal.SIGINT)
+        for sink in self.sinks:
+            if hasattr(sink, "finish_fields"):
+                summary.finish_fields.update(sink.finish_fields(summary))
+            if hasattr(sink, "summary_lines"):
+                summary.notes.extend(sink.summary_lines(summary))
+
+    def _emit(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
+        for sink in self.sinks:
+            sink.run_done(run, record)
+
+

@@ -1,0 +1,374 @@
+"""The measuring side of the engine: build operators, generate data, time passes.
+
+Operators are built once per build config (runs sharing a build share the built operator) and
+cleaned up when the build changes, so memory is released deterministically without a forced
+garbage collection. A failure in one run becomes an error record, keeping any pass measured
+before it, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from param_compute.profiling.ranges import (Annotator, iteration_range_name, iteration_ranges, phase_range_name,
+                          run_range_name)
+from param_compute.runtime.context import ExecutionContext
+from param_compute.runtime.data import seed_for_run, seed_generators
+from param_compute.runtime.devices import open_device
+from param_compute.plan.runplan import PlannedRun
+from param_compute.plan.runkey import format_key
+from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
+                                                 config_bytes, default_limit, format_size)
+from param_compute.runtime.options import RunOptions
+from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
+from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
+from param_compute.runtime.timing import (CONTINUOUS_BLOCKS, ExecMode, spent_ms, time_calls,
+                                          warm_up)
+from param_compute.runtime.calibrate import main_dtype, peaks_for_run
+
+log = logging.getLogger("param_compute")
+
+#: Continuous mode with --min-time: blocks of about this many ms, 10 to 100 of them.
+CONTINUOUS_BLOCK_MS = 10.0
+MAX_CONTINUOUS_BLOCKS = 100
+
+
+#: An error message longer than this is cut (a 50 MB message would be stored and logged).
+MAX_MESSAGE_CHARS = 4000
+
+
+def error_message(exc: BaseException) -> str:
+    """The first line of an exception's message, at most ``MAX_MESSAGE_CHARS`` (and a note)."""
+    text = str(exc).strip()
+    end = text.find("\n", 0, MAX_MESSAGE_CHARS + 1)
+    first = text[:end] if end >= 0 else text[:MAX_MESSAGE_CHARS + 1]
+    if len(first) > MAX_MESSAGE_CHARS:
+        whole = len(text.split("\n", 1)[0]) if end < 0 else end
+        first = f"{first[:MAX_MESSAGE_CHARS]}... [truncated: {whole} characters in all]"
+    return first or type(exc).__name__
+
+
+def _error(run: PlannedRun, exc: BaseException, phase: str) -> RunRecord:
+    message = error_message(exc)
+    return RunRecord(run.op_name, run.id, run.config(), STATUS_ERROR,
+                     error=RunError(type(exc).__name__, message, phase))
+
+
+class _BuiltOperator:
+    """The operator for the current build config, created lazily and cleaned up on change."""
+
+    def __init__(self, factories: Callable[[str], Callable],
+                 data_generators: Mapping[str, Callable[[], Any]], options: RunOptions):
+        self.factories = factories
+        self.data_generators = data_generators
+        self.options = options
+        self.key = None
+        self.op = None
+        self.failure: Optional[BaseException] = None
+
+    def get(self, run: PlannedRun, op_spec, seed_run: Callable[[str], None]):
+        if run.build_key != self.key:
+            self.release()
+            self.key = run.build_key
+            try:
+                op = self.factories(run.op_name)()
+                op.device = self.options.device
+                if run.build:
+                    seed_run(format_key(run.op_name, run.config_index, run.build_id, "build"))
+                    generator = self.data_generators[op_spec.build_data_generator]()
+                    args, kwargs = generator.get_data(run.build, self.options.device)
+                    op.build(*args, **kwargs)
+                self.op = op
+            except Exception as exc:  # every run of this build reports the build failure
+                log.debug("build failed for %s", run.key, exc_info=True)
+                self.failure = exc
+        if self.failure is not None:
+            raise self.failure
+        return self.op
+
+    def release(self) -> None:
+        if self.op is not None:
+            try:
+                self.op.cleanup()
+            except Exception:  # cleanup must never hide results already measured
+                log.warning("cleanup of %s failed", self.key, exc_info=True)
+        self.op = None
+        self.failure = None
+        self.key = None
+
+
+def _target(op_spec, run: PlannedRun) -> Optional[Dict[str, Any]]:
+    """The ``target`` of the run's config entry, if it has one."""
+    configs = getattr(op_spec, "configs", ())
+    entry = configs[run.config_index] if run.config_index < len(configs) else None
+    return entry.get("target") if isinstance(entry, dict) else None
+
+
+class _PhaseError(Exception):
+    def __init__(self, phase: str, cause: BaseException):
+        self.phase = phase
+        self.cause = cause
+
+
+class Executor:
+    """Measures planned runs (the torch side of the engine)."""
+
+    def __init__(self, context: ExecutionContext):
+        self.options = options = context.options
+        self.data_generators = context.data_generators
+        self.spec = context.spec
+        torch.set_num_threads(options.num_threads)
+        self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
+        self.annotator = Annotator(profiling=options.profile or options.execution_trace)
+        self.flop_counter = FlopCounter() if options.throughput else None
+        self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
+                      if options.throughput else None)
+        self.memory_limit = (default_limit(options.device) if options.max_memory == "auto"
+                             else options.max_memory)
+        self.built = _BuiltOperator(context.operator_factory, self.data_generators, options)
+        self.generators: Dict[str, Any] = {}
+        self.weights: Tuple[Any, int] = (object(), 0)  # (build key, estimated weight bytes)
+        self.eager_forward: Optional[Callable[[], Any]] = None  # the run's uncompiled call
+
+    def seed_run(self, run_key: str) -> None:
+        seed_generators(seed_for_run(self.options.seed, run_key), self.options.device)
+
+    def _generator(self, name: str):
+        if name not in self.generators:
+            self.generators[name] = self.data_generators[name]()
+        return self.generators[name]
+
+    def execute(self, run: PlannedRun) -> RunRecord:
+        """Measure one run; a failure becomes an error record keeping any pass already measured."""
+        op_spec = self.spec.operators[run.op_index]
+        passes: List[PassResult] = []
+        try:
+            with self.annotator.range(run_range_name(run.op_name, run.id)):
+                self._phase("memory", lambda: self._check_memory(run, op_spec))
+                op = self._phase("build", lambda: self.built.get(run, op_spec, self.seed_run))
+                self.seed_run(run.key)
+                args, kwargs = self._phase("data", lambda: self._generator(
+                    op_spec.input_data_generator).get_data(run.input, self.options.device))
+                fn, setup = self._phase("forward", lambda: self._bind(op, args, kwargs))
+                passes.append(self._phase("forward", lambda: self._forward(
+                    run, fn, setup, args, kwargs)))
+                if self.options.backward:
+                    passes.append(self._phase("backward", lambda: self._backward(
+                        run, op, fn, args, kwargs)))
+                verdict = (self._phase("verify", lambda: self._verify(op, fn, args, kwargs))
+                           if self.options.verify else None)
+        except _PhaseError as failure:
+            return self._failed(run, failure, passes)
+        return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes,
+                         target=_target(op_spec, run), verify=verdict)
+
+    def _failed(self, run: PlannedRun, failure: "_PhaseError", passes) -> RunRecord:
+        cause = failure.cause
+        log.debug("run %s failed in %s", run.key, failure.phase, exc_info=cause)
+        record = _error(run, cause, failure.phase)
+        log.warning("%s failed in %s: %s: %s", run.key, failure.phase, type(cause).__name__,
+                    record.error.message)
+        record.passes = passes
+        # The traceback's frames hold this run's tensors: drop them now, so the memory is free
+        # before the next config (after an out-of-memory error above all).
+        cause.__traceback__ = None
+        if isinstance(cause, (MemoryError, torch.OutOfMemoryError)):
+            self.built.release()
+            self.device.release_cached_memory()
+        return record
+
+    def _check_memory(self, run: PlannedRun, op_spec) -> None:
+        """Refuse the run if its data, build data and built weights (estimated: see
+        ``memory_guard``) exceed the limit; the weights are estimated once per build."""
+        if self.memory_limit is None:
+            return
+        needed = (config_bytes(self._generator(op_spec.input_data_generator), run.input)
+                  + config_bytes(self._generator(op_spec.build_data_generator), run.build))
+        if needed <= self.memory_limit and run.build_key != self.weights[0]:
+            op = self.built.factories(run.op_name)()
+            op.device = self.options.device
+            self.weights = (run.build_key, build_weight_bytes(
+                op, self._generator(op_spec.build_data_generator), run.build))
+        if needed <= self.memory_limit and run.build_key == self.weights[0]:
+            needed += self.weights[1]
+        if needed > self.memory_limit:
+            raise MemoryLimitExceeded(
+                f"the config's tensors need an estimated {format_size(needed)}, over the "
+                f"{format_size(self.memory_limit)} limit (--max-memory); nothing was allocated")
+
+    @staticmethod
+    def _phase(phase: str, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except _PhaseError:
+            raise
+        except Exception as exc:
+            raise _PhaseError(phase, exc) from exc
+
+    def _bind(self, op, args, kwargs) -> Tuple[Callable[[], Any], Dict[str, float]]:
+        """The callable the forward pass times: bound once, compiled or graph-captured on request.
+
+        Compilation and capture happen here, before any timed call; their cost is reported as
+        ``compile.time`` / ``capture.time``, never inside the iteration times.
+        """
+        fn = op.bind_forward(args, kwargs)
+        # FLOPs are counted on the eager call: a compiled callable run under the counting
+        # dispatch mode has dynamo skip its frame for good (every later call ran eager), and a
+        # graph replay runs no aten ops to count.
+        self.eager_forward = fn
+        setup: Dict[str, float] = {}
+        if self.options.pt2_model:
+            compiled = torch.compile(fn)
+            start = time.perf_counter()
+            compiled()  # the first call compiles
+            self.device.clock.synchronize()
+            setup["compile.time"] = (time.perf_counter() - start) * 1e3
+            fn = compiled
+        if self.options.cuda_graph:
+            start = time.perf_counter()
+            fn = self.device.capture_graph(fn)
+            setup["capture.time"] = (time.perf_counter() - start) * 1e3
+        return fn, setup
+
+    def _pass_peaks(self, args, kwargs) -> Optional[Dict[str, Any]]:
+        """The machine's peaks for the dtype of the run's largest floating tensor."""
+        return self.peaks.for_dtype(main_dtype((args, kwargs))) if self.peaks else None
+
+    def _verify(self, op, fn: Callable[[], Any], args, kwargs) -> Dict[str, Any]:
+        """``--verify``: what was timed against eager (or float64 eager), untimed."""
+        from param_compute.runtime.verify import verify
+
+        graph_output = (lambda: self.device.graph_output) if self.options.cuda_graph else None
+        verdict = verify(fn, op.bind_forward, args, kwargs, self.options.verify,
+                         self.options.backward, graph_output)
+        op.drop_outputs()
+        return verdict
+
+    def _timed_phases(self, run: PlannedRun, pass_name: str, fn: Callable[[], Any],
+                      prepare: Optional[Callable[[], Any]]) -> PassResult:
+        """Warm-up then measurement of one pass, each in its own profiler range."""
+        options, device, mode = self.options, self.device, self.options.exec_mode
+        result = PassResult(pass_name, [], [])
+        measured = fn
+        if options.nvtx_iterations:  # the profiler child: one NVTX range per measured call
+            measured = iteration_ranges(fn, iteration_range_name(run.op_name, run.id, pass_name))
+        for phase, count in (("warmup", options.warmup), ("measure", options.iteration)):
+            host: List[float] = []
+            with self.annotator.range(phase_range_name(run.op_name, run.id, phase, pass_name)):
+                device.reset_peak_memory()
+                times = time_calls(measured if phase == "measure" else fn, count, device.clock,
+                                   mode, prepare, host)
+                calls = count
+                if phase == "measure" and options.min_time > 0:
+                    calls = self._extend_to_min_time(measured, prepare, times, host, calls)
+                elif phase == "warmup" and options.warmup_time > 0:
+                    self._warm_for_time(fn, prepare, times, count, result)
+                peak = device.peak_memory_mb()
+            setattr(result, f"{phase}_ms", times)
+            if host:
+                result.extra[f"{phase}.host_time"] = host
+            if peak is not None:
+                result.extra[f"{phase}.gpu.memory"] = [peak]
+            if phase == "measure":
+                result.iterations = calls
+        return result
+
+    def _warm_for_time(self, fn, prepare, times: List[float], count: int,
+                       result: PassResult) -> None:
+        """``--warmup-time``: after the ``-w`` calls, warm until that many seconds of calls have
+        run (with ``--min-time``, also until the per-block median settles)."""
+        options = self.options
+        warm = warm_up(fn, options.warmup_time, self.device.clock, options.exec_mode, prepare,
+                       settle=options.min_time > 0,
+                       spent_before_ms=spent_ms(times, count, options.exec_mode))
+        result.extra["warmup.extra_iterations"] = [warm.calls]
+        result.extra["warmup.total_time"] = [warm.spent_ms]
+        result.extra["warmup.block_median"] = warm.block_medians
+
+    def _extend_to_min_time(self, fn, prepare, times: List[float], host: List[float],
+                            calls: int) -> int:
+        """Adaptive iterations: keep measuring, in doubling blocks, until the measured time
+        reaches ``--min-time`` or the calls reach ``--max-iteration``."""
+        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        target_ms = options.min_time * 1e3
+        spent = spent_ms(times, calls, mode)
+        if mode is ExecMode.CONTINUOUS and spent < target_ms:
+            return self._continuous_to_min_time(fn, prepare, times, host, spent / calls)
+        while spent < target_ms and calls < options.max_iteration:
+            block = min(calls, options.max_iteration - calls)
+            more = time_calls(fn, block, clock, mode, prepare, host)
+            times.extend(more)
+            spent += spent_ms(more, block, mode)
+            calls += block
+        return calls
+
+    def _continuous_to_min_time(self, fn, prepare, times: List[float], host: List[float],
+                                per_call_ms: float) -> int:
+        """Continuous mode with ``--min-time``: the ``-i`` calls only estimate the per-call time
+        (like torch.utils.benchmark's block-size estimation); then one back-to-back loop long
+        enough for ``--min-time`` (topped up if the estimate fell short), stamped in blocks of
+        about ``CONTINUOUS_BLOCK_MS``, replaces them: every value a mean of as many calls."""
+        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        target_ms = options.min_time * 1e3
+        blocks = max(CONTINUOUS_BLOCKS, min(MAX_CONTINUOUS_BLOCKS,
+                                            int(target_ms / CONTINUOUS_BLOCK_MS)))
+        total = min(options.max_iteration, max(1, math.ceil(target_ms / max(per_call_ms, 1e-6))))
+        block = max(1, total // blocks)
+        times.clear()
+        host.clear()
+        calls = spent = 0.0
+        while spent < target_ms and calls < options.max_iteration:
+            count = min(options.max_iteration - int(calls),
+                        max(block, math.ceil((target_ms - spent) / max(per_call_ms, 1e-6))))
+            parts = max(1, count // block)
+            more = time_calls(fn, count, clock, mode, prepare, host, blocks=parts)
+            times.extend(more)
+            took = spent_ms(more, count, mode, blocks=parts)
+            spent += took
+            calls += count
+            per_call_ms = took / count
+        return int(calls)
+
+    def _forward(self, run: PlannedRun, fn: Callable[[], Any], setup: Dict[str, float], args,
+                 kwargs) -> PassResult:
+        work = None
+        if self.flop_counter is not None:
+            flops, output = self.flop_counter.count(self.eager_forward)
+            work = (flops, tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(output))
+            del output
+        result = self._timed_phases(run, "forward", fn, None)
+        result.extra.update({k: [v] for k, v in setup.items()})
+        if work is not None:
+            result.flops, result.bytes = work
+            result.peaks = self._pass_peaks(args, kwargs)
+        return result
+
+    def _backward(self, run: PlannedRun, op, fn: Callable[[], Any], args, kwargs) -> PassResult:
+        if not op.supports_backward:
+            raise RuntimeError(f"{type(op).__name__} has no backward pass (in-place operator)")
+
+        def prepare() -> None:
+            op.remember_output(fn())
+            op.create_grad()
+
+        work = None
+        if self.flop_counter is not None:
+            prepare()
+            flops, _ = self.flop_counter.count(op.backward)
+            work = (flops, tensor_bytes(getattr(op, "_grad", None)) + gradient_bytes(args)
+                    + gradient_bytes(kwargs))
+        result = self._timed_phases(run, "backward", op.backward, prepare)
+        op.drop_outputs()  # the graph of the last forward is not kept past its run
+        if work is not None:
+            result.flops, result.bytes = work
+            result.peaks = self._pass_peaks(args, kwargs)
+        return result
+
+    def close(self) -> None:
+        self.built.release()
+        self.generators.clear()

@@ -1,0 +1,194 @@
+"""The memory guard: refuse a config whose tensors would not fit, before allocating anything.
+
+The estimate is the bytes of the storage the data generator allocates for a config's tensors
+(build and input, including tensors inside lists), from shapes, strides, storage offsets and dtypes
+alone: a strided or offset view needs ``offset + 1 + sum((size - 1) * stride)`` elements of
+storage, however few elements the view shows. Python integers make absurd shapes (10^30
+elements) harmless to estimate. Data generators and operators that allocate what no tensor spec
+describes say so through optional hooks: ``DataGenerator.estimate_bytes(config)`` and
+``OperatorInterface.estimate_build_bytes(*args, **kwargs)`` (``nn.Module`` operators build the
+module on the meta device and count its parameters and buffers). The default limit is half of the
+memory available when the run starts (host memory for CPU, free plus cached device memory for
+CUDA), leaving room for the outputs and workspace the estimate does not see. An estimate can
+still be wrong (a plugin allocating on its own): ``address_space_cap`` gives the isolated
+worker a hard limit as a backstop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, Optional
+
+from param_compute.dtypes import DTYPE_NAMES, ITEM_SIZE
+from param_compute.errors import OptionsError
+
+DEFAULT_FRACTION = 0.5
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_size(text: str) -> Optional[int]:
+    """``"8GB"``, ``"512MiB"``, ``"1e9"`` -> bytes; ``"none"`` or ``"0"`` -> None (no limit)."""
+    value = text.strip().lower()
+    if value in ("none", "off", "0"):
+        return None
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)", value)
+    if not match or match.group(2) not in _UNITS:
+        raise OptionsError(f"--max-memory: cannot read {text!r}; write e.g. 8GB, 512MiB or none")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def format_size(nbytes: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+def _int(value: Any) -> int:
+    """A dim, stride or offset as the estimate counts it: non-numbers and negatives are 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def storage_elements(shape: Any, stride: Any = None, offset: Any = 0) -> int:
+    """Elements of storage a tensor spec makes the data generator allocate.
+
+    Contiguous: the product of the dims. With ``stride`` or ``storage_offset``: the storage the
+    view needs, ``offset + 1 + sum((size - 1) * stride)`` (``offset`` alone for an empty view);
+    a stride list of the wrong length is counted as the generator pairs it with the dims (the
+    generator refuses it, but the estimate must not be the smaller for it) and never below the
+    dense size; with one stride per dim (stride 0 for broadcast views) it is exactly the storage.
+    """
+    dims = [_int(d) for d in shape] if isinstance(shape, list) else []
+    dense = 1
+    for dim in dims:
+        dense *= dim
+    if stride is None and not offset:
+        return dense
+    offset = _int(offset)
+    if any(dim == 0 for dim in dims):
+        return offset
+    strides = [_int(s) for s in stride] if isinstance(stride, list) else []
+    if not strides:  # an offset contiguous view
+        return offset + dense
+    view = 1 + sum((size - 1) * step for size, step in zip(dims, strides))
+    return offset + (view if len(strides) == len(dims) else max(view, dense))
+
+
+def _tensor_bytes(spec: Dict[str, Any]) -> int:
+    dtype = DTYPE_NAMES.get(spec.get("dtype"), "float32")
+    elements = storage_elements(spec.get("shape") or [], spec.get("stride"),
+                                spec.get("storage_offset", 0))
+    return elements * ITEM_SIZE.get(dtype, 8)
+
+
+def spec_bytes(value: Any) -> int:
+    """Tensor bytes described by a data spec, arg-spec-list, or config (recursively)."""
+    if isinstance(value, dict):
+        if value.get("type") == "tensor":
+            return _tensor_bytes(value)
+        return sum(spec_bytes(v) for v in value.values() if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return sum(spec_bytes(v) for v in value)
+    return 0
+
+
+def available_bytes(device: str) -> Optional[int]:
+    """Memory available to the run's tensors now, or None when it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free + torch.cuda.memory_reserved(torch.device(device)))
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_limit(device: str) -> Optional[int]:
+    available = available_bytes(device)
+    return int(available * DEFAULT_FRACTION) if available else None
+
+
+class MemoryLimitExceeded(Exception):
+    """A config's estimated tensors exceed ``--max-memory`` (nothing was allocated)."""
+
+
+def config_bytes(generator: Any, config: Any) -> int:
+    """Bytes a data generator allocates for one expanded config: its ``estimate_bytes(config)``
+    hook where it has one (a generator sizing tensors from plain numbers), else the tensor specs'
+    storage."""
+    hook = getattr(generator, "estimate_bytes", None)
+    estimate = hook(config) if hook is not None else None
+    return int(estimate) if estimate is not None else spec_bytes(config)
+
+
+def build_weight_bytes(op: Any, generator: Any, build: Any) -> int:
+    """Bytes an operator allocates when built (module weights sized by integer build args), from
+    its ``estimate_build_bytes(*args, **kwargs)`` hook called with the build args materialized on
+    the meta device (nothing allocated); 0 for an operator without the hook, and 0 where the
+    estimate fails (the build itself then reports what is wrong)."""
+    hook = getattr(op, "estimate_build_bytes", None)
+    if hook is None:
+        return 0
+    try:
+        args, kwargs = generator.get_data(build, "meta") if build else ([], {})
+        return int(hook(*args, **kwargs) or 0)
+    except Exception:  # noqa: BLE001 - a failing estimate is the build's error to report
+        return 0
+
+
+#: Address space a worker may add beyond the estimate's limit: outputs, workspace, and the
+#: stacks and allocator arenas of each thread (reserved, rarely used).
+_CAP_HEADROOM = 2 * 2**30
+_CAP_PER_THREAD = 128 * 2**20
+
+
+def _mapped_bytes() -> Optional[int]:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def address_space_cap(limit: Optional[int], device: str, threads: int) -> Optional[int]:
+    """The hard cap for an isolated worker measuring on the CPU: what it maps now plus twice the
+    memory limit plus headroom, so an allocation far beyond the estimate fails with a
+    ``MemoryError`` in the worker instead of exhausting the host. None where no cap applies (no
+    limit, a GPU device whose driver maps vast address ranges, no /proc)."""
+    mapped = _mapped_bytes()
+    if limit is None or not device.startswith("cpu") or mapped is None:
+        return None
+    return mapped + max(2 * limit, limit + _CAP_HEADROOM) + threads * _CAP_PER_THREAD
+
+
+def apply_address_space_cap(cap: Optional[int]) -> bool:
+    """Set ``RLIMIT_AS`` of this process to ``cap`` (never above the hard limit); whether it was."""
+    if cap is None:
+        return False
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return False
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY and cap > hard:
+        cap = hard
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ValueError, OSError):
+        return False
+    return True

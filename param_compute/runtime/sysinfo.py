@@ -1,0 +1,50 @@
+"""The results header's ``sys_info``: what machine and software produced the numbers."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any, Dict, Optional
+
+
+def sys_info(device: str, include_torch: bool = True,
+             num_threads: Optional[int] = None) -> Dict[str, Any]:
+    """``num_threads``: the run's intra-op threads (what it sets before measuring), recorded as
+    ``pytorch_num_threads``; torch's own default then goes to ``pytorch_default_num_threads``."""
+    info: Dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "python_version": sys.version.split()[0],
+        "param_compute_version": _version(),
+        "device": device,
+    }
+    if include_torch:
+        import torch
+
+        info["pytorch_version"] = torch.__version__
+        info["pytorch_num_threads"] = num_threads or torch.get_num_threads()
+        if num_threads:
+            info["pytorch_default_num_threads"] = torch.get_num_threads()
+        info["cuda_available"] = torch.cuda.is_available()
+        info["cuda_version"] = torch.version.cuda
+        if device.startswith("cuda") and torch.cuda.is_available():
+            index = torch.device(device).index or 0
+            props = torch.cuda.get_device_properties(index)
+            info["cuda_device_name"] = props.name
+            info["cuda_device_capability"] = f"{props.major}.{props.minor}"
+            info["cuda_device_memory_bytes"] = props.total_memory
+    return info
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("param_compute")
+    except Exception:
+        return "unknown"

@@ -1,0 +1,44 @@
+"""The typed form of a validated spec (``BenchmarkSpec``) and what validation is told by others.
+
+``Resolution`` is what operator-name resolution (``operators.resolution``) says about a name; the
+spec stage takes the resolver and the aten schema checker as plain callables, so it never imports
+torch itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+DEFAULT_DATA_GENERATOR = "PyTorch:DefaultDataGenerator"
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    name: str
+    build_iterator: str
+    input_iterator: str
+    build_data_generator: str
+    input_data_generator: str
+    configs: Tuple[Dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    source: str
+    operators: Tuple[OperatorSpec, ...]
+    warnings: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What operator-name resolution says about a name (supplied by the resolver)."""
+
+    ok: bool
+    kind: str = ""  # "workload", "function", "inplace", "module", "aten"
+    reason: str = ""
+    hint: Optional[str] = None
+
+
+Resolver = Callable[[str], Resolution]
+AtenSchemaChecker = Callable[[str, str], Optional[str]]

@@ -1,0 +1,218 @@
+"""The package's shape: no import cycles, torch-free planning, small modules that say their job.
+
+Imports are read from the source (every ``import``/``from ... import`` anywhere in a module,
+inside functions included, relative or absolute), not observed at run time, so an import cycle
+hidden in a function that tests never call is still found.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+from conftest import EXAMPLES, REPO
+
+PACKAGE = REPO / "param_compute"
+MAX_LINES = 400
+
+
+def _modules() -> Dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (``__init__`` as the package)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imported(name: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
+    """The package modules ``name`` imports: ``import a.b`` imports ``a.b``; ``from a import x``
+    imports the submodule ``a.x`` where there is one, else ``a`` itself. A module that does not
+    exist (outside the package, or not written yet) is no edge."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[:len(parts) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                if f"{module}.{alias.name}" in modules:
+                    found.add(f"{module}.{alias.name}")
+                elif module in modules:
+                    found.add(module)
+    found.discard(name)
+    return found
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    modules = _modules()
+    return {name: _imported(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph.get(node, ())):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _cycle_path(graph: Dict[str, Set[str]], component: List[str]) -> str:
+    """One concrete loop through a component: ``a -> b -> c -> a``."""
+    members = set(component)
+    start = component[0]
+    path, seen = [start], {start}
+    while True:
+        following = sorted(graph[path[-1]] & members)
+        if start in following and len(path) > 1:
+            return " -> ".join(path + [start])
+        fresh = [m for m in following if m not in seen]
+        if not fresh:  # close the loop at the first module seen again
+            again = following[0]
+            return " -> ".join(path[path.index(again):] + [again])
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def test_cycle_finder_sees_function_level_and_relative_imports(tmp_path):
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert _cycle_path(graph, ["p.a", "p.b", "p.c"]) == "p.a -> p.b -> p.c -> p.a"
+    package = tmp_path / "param_compute"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""p."""\n')
+    (package / "sub" / "__init__.py").write_text('"""s."""\n')
+    (package / "sub" / "one.py").write_text(
+        "import os\nfrom param_compute.sub.later import x\n\ndef f():\n    from .two import g\n")
+    (package / "sub" / "two.py").write_text("from param_compute.sub import one\n")
+    modules = {"param_compute": package / "__init__.py",
+               "param_compute.sub": package / "sub" / "__init__.py",
+               "param_compute.sub.one": package / "sub" / "one.py",
+               "param_compute.sub.two": package / "sub" / "two.py"}
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    assert graph["param_compute.sub.one"] == {"param_compute.sub.two"}
+    assert graph["param_compute.sub.two"] == {"param_compute.sub.one"}
+    assert cycles(graph) == [["param_compute.sub.one", "param_compute.sub.two"]]
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 50  # the scan found the package
+    found = [_cycle_path(graph, component) for component in cycles(graph)]
+    assert not found, "import cycles (function-level imports included):\n  " + "\n  ".join(found)
+
+
+def _python(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_spec_plan_and_plugin_tables_import_without_torch():
+    result = _python("""
+        import sys
+        import param_compute.spec, param_compute.plan
+        import param_compute.spec.loader, param_compute.spec.semantic, param_compute.spec.schema
+        import param_compute.plan.iterators, param_compute.plan.runplan, param_compute.plan.summary
+        import param_compute.plugins.registry, param_compute.plugins.loading
+        import param_compute.runtime.engine, param_compute.runtime.toolchain
+        import param_compute.runtime.session, param_compute.runtime.context
+        loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+        print(loaded[:5])
+        assert not loaded
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dry_run_imports_torch_only_for_workloads_and_operator_names(tmp_path):
+    """A dry run plans without torch: the engine, the plugin loading and the built-in data
+    generator's registration never import it. Only what validation needs torch for may: the
+    built-in workloads (their modules define torch operators) and operator-name resolution
+    (``torch.add`` is known only by looking in torch)."""
+    result = _python(f"""
+        import sys, traceback
+        importers = []
+
+        class Watch:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" and not importers:
+                    importers.extend(frame.filename for frame in traceback.extract_stack()[:-1]
+                                     if "importlib" not in frame.filename)
+                return None
+
+        sys.meta_path.insert(0, Watch())
+        from param_compute.cli.run_benchmark import main
+        status = main(["-c", {str(EXAMPLES / "simple_add.json")!r}, "--dry-run",
+                       "--no-progress", "--output", {str(tmp_path / "r.json")!r}])
+        assert status == 0, status
+        print("IMPORTER", importers[-1] if importers else None)
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+    importer = result.stdout.split("IMPORTER ", 1)[1].strip()
+    allowed = (str(REPO / "workloads"), str(PACKAGE / "operators" / "resolution.py"))
+    assert importer.startswith(allowed), f"torch first imported by {importer}"
+    assert (tmp_path / "r.json").read_text().count('"dry-run"') == 1
+
+
+def test_modules_are_small_and_say_their_job():
+    too_long, undocumented = [], []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        lines = text.count("\n")
+        if lines > MAX_LINES:
+            too_long.append(f"{path.relative_to(REPO)}: {lines} lines")
+        docstring = ast.get_docstring(ast.parse(text))
+        if not docstring or not docstring.strip().splitlines()[0].strip():
+            undocumented.append(str(path.relative_to(REPO)))
+    assert not too_long, f"modules over {MAX_LINES} lines:\n  " + "\n  ".join(too_long)
+    assert not undocumented, "modules without a docstring:\n  " + "\n  ".join(undocumented)
+
+
+@pytest.mark.parametrize("name", ["param_compute.runtime.executor",
+                                  "param_compute.runtime.isolation",
+                                  "param_compute.profiling.batch_child"])
+def test_executors_are_given_a_context_not_the_engine(name):
+    """Stages don't reach back up: nothing builds an executor from the engine or a stand-in."""
+    source = _modules()[name].read_text(encoding="utf-8")
+    assert "SimpleNamespace" not in source
+    assert "Executor(self" not in source and "engine." not in source

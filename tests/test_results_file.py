@@ -1,0 +1,225 @@
+"""The results-file module: reading (header, records, finish, problems by line), the torn-line
+rule, bounded reads, repairs before appending, and the writer."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from param_compute.results.file import (ResultsFileError, ResultsWriter, SYNC_EVERY,
+                                        read_results, repair_tail, scan_lines, write_results)
+
+HEADER = {"run_options": {"device": "cpu"}, "sys_info": {"hostname": "h"}, "start_time": "t0"}
+
+
+def record(i: int) -> dict:
+    return {"op_name": "torch.add", "id": f"0|0|0_{i}", "status": "ok"}
+
+
+def write(path, *lines: str) -> None:
+    path.write_bytes("".join(lines).encode())
+
+
+def line(value) -> str:
+    return json.dumps(value) + "\n"
+
+
+def test_header_records_finish_and_other_lines(tmp_path):
+    path = tmp_path / "r.json"
+    batch = {"ncu_file": "r_ncu_1.csv", "start_run_id": "0|0|0_0", "end_run_id": "0|0|0_1"}
+    resume = {"resume_time": "t1", "completed_runs": 2}
+    write(path, line(HEADER), line(record(0)), line(record(1)), line(batch), "\n",
+          line(resume), line(record(2)), line({"finish_time": "t2", "runs_ok": 3}))
+    read = read_results(path)
+    assert read.header == HEADER and read.headers == [HEADER]
+    assert [r["id"] for r in read.records] == ["0|0|0_0", "0|0|0_1", "0|0|0_2"]
+    assert read.record_lines == [2, 3, 7]  # the blank line 5 counts, and is no problem
+    assert read.extras == [(4, batch)] and read.markers == [resume]
+    assert read.finish == {"finish_time": "t2", "runs_ok": 3}
+    assert read.problems == [] and not read.torn_line
+    assert read.run_options == {"device": "cpu"} and read.sys_info == {"hostname": "h"}
+
+
+def test_damaged_middle_line_is_reported_with_its_number_and_cuts_nothing(tmp_path):
+    path = tmp_path / "r.json"
+    records = [line(record(i)) for i in range(250)]
+    records[99] = '{"op_name": "torch.add", "id": "0|0|0_99", "sta\n'  # damaged, line 101
+    write(path, line(HEADER), *records, line({"finish_time": "t"}))
+    size = path.stat().st_size
+    read = read_results(path)
+    assert len(read.records) == 249 and read.finish == {"finish_time": "t"}
+    [problem] = read.problems
+    assert problem.line == 101 and not problem.torn and "not JSON" in problem.reason
+    assert read.warnings() == [f"{path}:101: {problem.reason} (line not used)"]
+    # nothing to repair before appending: the damaged line is not the last one
+    assert repair_tail(path) is None and path.stat().st_size == size
+    # appending keeps every record, the damaged line included
+    writer, cut = ResultsWriter.resume(path, {"resume_time": "t3"})
+    writer.write(record(99))
+    writer.close()
+    assert cut is None
+    again = read_results(path)
+    assert len(again.records) == 250 and [p.line for p in again.problems] == [101]
+
+
+@pytest.mark.parametrize("content,reason", [
+    ("[1, 2]\n", "a JSON list, not an object"),
+    ('"text"\n', "a JSON string, not an object"),
+    (b"\xff\xfe{}\n", "not UTF-8 text"),
+    ("[" * 100_000 + "\n", "nested too deeply"),
+])
+def test_kinds_of_damage(tmp_path, content, reason):
+    path = tmp_path / "r.json"
+    body = content if isinstance(content, bytes) else content.encode()
+    path.write_bytes(line(HEADER).encode() + body + line(record(0)).encode())
+    read = read_results(path)
+    [problem] = read.problems
+    assert problem.line == 2 and reason in problem.reason
+    assert [r["id"] for r in read.records] == ["0|0|0_0"]
+
+
+def test_torn_last_line_is_the_only_cut(tmp_path):
+    path = tmp_path / "r.json"
+    whole = line(HEADER) + line(record(0))
+    write(path, whole, line(record(1))[:25])  # killed mid-write
+    read = read_results(path)
+    assert [r["id"] for r in read.records] == ["0|0|0_0"]
+    assert read.torn_line and read.torn.line == 3 and read.damaged == []
+    cut = repair_tail(path)
+    assert cut.torn and cut.line == 3 and cut.offset == len(whole.encode())
+    assert path.read_text() == whole
+    # a whole last line that only lacks its line break is kept and ended, not cut
+    write(path, whole, json.dumps(record(1)))
+    assert not read_results(path).problems
+    assert repair_tail(path) is None
+    assert path.read_text() == whole + line(record(1))
+
+
+def test_oversized_line_is_skipped_without_being_held(tmp_path):
+    path = tmp_path / "r.json"
+    big = {"op_name": "torch.add", "id": "0|0|0_1", "pad": "x" * 5000}
+    write(path, line(HEADER), line(record(0)), line(big), line(record(2)))
+    read = read_results(path, max_line_bytes=1000)
+    assert [r["id"] for r in read.records] == ["0|0|0_0", "0|0|0_2"]
+    [problem] = read.problems
+    assert problem.line == 3 and "longer than 1000 bytes" in problem.reason
+    assert problem.size == len(line(big)) and not problem.torn
+    # the same line last and without its line break: torn
+    write(path, line(HEADER), json.dumps(big))
+    [problem] = read_results(path, max_line_bytes=1000).problems
+    assert problem.torn and problem.line == 2
+
+
+@pytest.mark.parametrize("target,message", [
+    ("/dev/zero", "is a device, not a regular file"),
+    ("DIR", "is a directory"),
+    ("FIFO", "is a FIFO, not a regular file"),
+    ("MISSING", "no such file"),
+])
+def test_non_regular_or_missing_files_are_refused(tmp_path, target, message):
+    if target == "DIR":
+        target = tmp_path
+    elif target == "FIFO":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)  # opening it for reading must not hang
+    elif target == "MISSING":
+        target = tmp_path / "missing.json"
+    with pytest.raises(ResultsFileError, match=message):
+        read_results(target)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("", "it is empty"),
+    ('{"torch.add": {"config": []}}\n', "first line is not a header"),
+    ("{\n", "line 1 is not JSON"),
+    ("[1]\n", "line 1 is a JSON list, not an object"),
+])
+def test_what_is_not_a_results_file(tmp_path, content, message):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    with pytest.raises(ResultsFileError, match=message):
+        read_results(path)
+
+
+def test_writer_create_append_resume_and_finish(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    writer = ResultsWriter.create(path, HEADER, sync=SYNC_EVERY)
+    writer.write(record(0))
+    writer.write(record(1), flush=False)
+    writer.finish({"finish_time": "t1"})
+    assert writer.closed and writer.lines == 4
+    # -a: a second header after what is there; a torn tail is cut off first
+    with open(path, "a") as stream:
+        stream.write('{"op_name": "torch.add", "id": "0|0')
+    writer = ResultsWriter.create(path, HEADER, append=True)
+    writer.finish({"finish_time": "t2"})
+    read = read_results(path)
+    assert len(read.headers) == 2 and len(read.finishes) == 2 and read.problems == []
+    assert [r["id"] for r in read.records] == ["0|0|0_0", "0|0|0_1"]
+    # resume: the marker after the records; the torn line it cut is reported
+    with open(path, "a") as stream:
+        stream.write('{"op_na')
+    writer, cut = ResultsWriter.resume(path, {"resume_time": "t3"})
+    writer.close()
+    assert cut is not None and cut.line == 7
+    assert read_results(path).markers == [{"resume_time": "t3"}]
+    # a whole file at once (merge); a line break inside a value stays inside its line
+    write_results(tmp_path / "m.json", HEADER, [dict(record(0), note="a\nb")],
+                  {"finish_time": "t"})
+    assert len((tmp_path / "m.json").read_text().splitlines()) == 3
+
+
+def test_writer_refuses_an_unwritable_place(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ResultsFileError, match="cannot write"):
+        ResultsWriter.create(tmp_path / "file" / "r.json", HEADER)
+
+
+def test_scan_lines_streams_one_line_at_a_time(tmp_path):
+    path = tmp_path / "r.json"
+    write(path, line(HEADER), line(record(0)), "{oops\n")
+    scanned = list(scan_lines(path))
+    assert [s.number for s in scanned] == [1, 2, 3]
+    assert [s.kind for s in scanned] == ["header", "record", None]
+    assert scanned[2].problem.offset == len(line(HEADER)) + len(line(record(0)))
+
+
+def test_resume_keeps_valid_records_after_a_damaged_line(tmp_path):
+    """250 records with one damaged line in the middle and a torn last line: resuming keeps all
+    249 valid records, reruns only the damaged one, and cuts only the torn tail."""
+    from conftest import run_cli, simple_op, tensor, write_spec
+
+    spec = write_spec(tmp_path, simple_op("torch.add", tensor([1, 250], __range__=["shape"]),
+                                          iterator="RangeConfigIterator"))
+    out = tmp_path / "r.json"
+    assert run_cli("-c", spec, "--dry-run", "--output", out).returncode == 0
+    lines = out.read_text().splitlines(keepends=True)
+    assert len(lines) == 252
+    lines[100] = lines[100][:40] + "\n"  # run 0|0|0_99 damaged (line 101)
+    out.write_text("".join(lines[:-1]) + lines[-1][:20])  # the finish line torn
+    result = run_cli("-c", spec, "--dry-run", "--resume", "--output", out)
+    assert result.returncode == 0, result.stderr
+    assert f"{out}:101: not JSON" in result.stderr
+    read = read_results(out)
+    ids = [r["id"] for r in read.records]
+    assert len(ids) == 250 == len(set(ids)) and ids[-1] == "0|0|0_99"  # rerun at the end
+    assert [p.line for p in read.problems] == [101]  # kept in place, still reported
+    [marker] = read.markers
+    assert marker["completed_runs"] == 249 and marker["damaged_lines"] == [101]
+    assert marker["dropped_torn_line"] is True
+
+
+def test_tools_report_damaged_lines_and_use_the_rest(tmp_path):
+    from conftest import run_cli
+
+    path = tmp_path / "r.json"
+    write(path, line(HEADER), line(record(0)), "{oops\n", line(record(1)),
+          line({"finish_time": "t"}))
+    result = run_cli(path, "--csv", tmp_path / "r.csv", module="param_compute.exporters")
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {path}:3: not JSON" in result.stderr and "Traceback" not in result.stderr
+    assert len((tmp_path / "r.csv").read_text().splitlines()) == 3  # the header row and 2 runs
+    result = run_cli(path, path, module="param_compute.compare")
+    assert result.returncode == 0 and result.stderr.count(f"{path}:3:") == 2
