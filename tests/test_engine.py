@@ -253,3 +253,32 @@ def test_readme_demo_and_library_example_run(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "torch.nn.functional.layer_norm" in printed and "median" in printed
     assert "7 measured, 0 failed" in printed  # 3 layer_norm + 4 softmax (inclusive range)
+
+
+LONG_FAILURE = """
+from param_compute import OperatorInterface, register_operator
+
+class DispatcherLike(OperatorInterface):
+    def forward(self, *args):
+        raise NotImplementedError("Could not run 'aten::thing' with arguments from the 'CPU' "
+                                  "backend.\\n" + "  registered at some/file.cpp:1 [kernel]\\n" * 500)
+
+register_operator("test.long_failure", DispatcherLike)
+"""
+
+
+def test_a_long_error_message_is_one_line_in_the_log_summary_and_record(tmp_path):
+    """A dispatcher-style message (kilobytes of kernel registrations) is said once per place in
+    one line; the rest is for --log-level DEBUG."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "long_failure.py").write_text(LONG_FAILURE)
+    spec = write_spec(tmp_path, simple_op("test.long_failure", {"type": "int", "value": 1}))
+    out = tmp_path / "r.json"
+    result = run_cli("-c", spec, "--workloads-dir", plugins, "--output", out, "-i", "1")
+    assert result.returncode == 1
+    first = "Could not run 'aten::thing' with arguments from the 'CPU' backend."
+    assert result.stderr.count(first) == 2  # the log line and the summary row
+    assert "registered at" not in result.stderr
+    _, [run], _ = read_results(out)
+    assert run["error"]["message"] == first

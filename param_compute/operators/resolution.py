@@ -142,6 +142,14 @@ def _unwrapped(obj: Any) -> List[Any]:
     return chain
 
 
+@functools.lru_cache(maxsize=None)
+def _refused_module_name(module_name: str) -> bool:
+    """Whether a module of this name is refused (a pure function of the name: asked once per
+    imported module per process, not per toolchain)."""
+    return (_in_modules(module_name, REFUSED_MODULES)
+            or _in_modules(module_name, _REFUSED_OUTSIDE_TORCH))
+
+
 def refused_objects() -> Dict[int, Tuple[Any, str]]:
     """``id -> (object, name)`` of every function refused by identity: what a refused name binds
     in ``torch``, and each function that a refused module (already imported: an
@@ -152,9 +160,7 @@ def refused_objects() -> Dict[int, Tuple[Any, str]]:
         if obj is not None and (_is_function(obj) or inspect.isclass(obj)):
             refused[id(obj)] = (obj, f"torch.{name}")
     for module_name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or not (
-                _in_modules(module_name, REFUSED_MODULES)
-                or _in_modules(module_name, _REFUSED_OUTSIDE_TORCH)):
+        if not isinstance(module, types.ModuleType) or not _refused_module_name(module_name):
             continue
         for name, obj in list(vars(module).items()):
             if not _is_function(obj):
