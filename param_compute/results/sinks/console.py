@@ -36,7 +36,9 @@ class ConsoleReporter:
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,
                  console: Optional[Console] = None):
-        self.console = console or Console(stderr=True)
+        # Off a terminal (a log, a pipe), wide enough for every column rather than 80 characters.
+        self.console = console or Console(stderr=True,
+                                          width=None if sys.stderr.isatty() else 200)
         self.show_progress = sys.stderr.isatty() if progress is None else progress
         self.results_path = results_path
         self.rows: List[RunRecord] = []
