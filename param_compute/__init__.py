@@ -7,13 +7,14 @@ timing -> result records -> writers. Plugin names follow PARAM's.
 from param_compute.errors import SpecError
 from param_compute.plugins.interfaces import ConfigIterator, DataGenerator, OperatorInterface
 from param_compute.runtime.options import RunOptions
-from param_compute.plugins.registry import (register_config_iterator, register_data_generator, register_operator,
-                       register_operators, register_unavailable_operators)
+from param_compute.plugins.registry import (register_config_iterator, register_data_generator,
+                                            register_operator, register_operators,
+                                            register_unavailable_operators)
 from param_compute.runtime.timing import ExecMode
 
 
 def run(spec, options=None, workloads_dirs=(), sinks=(), **option_values):
-    """Validate and run a spec (dict or path) in-process; see ``param_compute.runtime.session.run``."""
+    """Validate and run a spec (dict or path) in-process; see ``runtime.session.run``."""
     from param_compute.runtime.session import run as _run
 
     return _run(spec, options, workloads_dirs, sinks, **option_values)

@@ -1,4 +1,4 @@
-"""``python -m param_compute.calibrate``: entry point (the real module is runtime.calibrate)."""
+"""``python -m param_compute.calibrate``: the entry point (the code: ``runtime.calibrate``)."""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.compare``: entry point; the code is in ``param_compute.results.compare``."""
+"""``python -m param_compute.compare``: the entry point.
+
+The code: ``param_compute.results.compare``.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.exporters``: entry point; the code is in ``param_compute.results.sinks.export``."""
+"""``python -m param_compute.exporters``: the entry point.
+
+The code: ``param_compute.results.sinks.export``.
+"""
 
 import sys
 

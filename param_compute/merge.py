@@ -1,4 +1,7 @@
-"""``python -m param_compute.merge``: entry point; the code is in ``param_compute.results.merge``."""
+"""``python -m param_compute.merge``: the entry point.
+
+The code: ``param_compute.results.merge``.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.report``: entry point; the code is in ``param_compute.results.report``."""
+"""``python -m param_compute.report``: the entry point.
+
+The code: ``param_compute.results.report``.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.run_batch``: entry point; the code is in ``param_compute.profiling.batch_child``."""
+"""``python -m param_compute.run_batch``: the entry point.
+
+The code: ``param_compute.profiling.batch_child``.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.run_benchmark``: entry point; the code is in ``param_compute.cli.run_benchmark``."""
+"""``python -m param_compute.run_benchmark``: the entry point.
+
+The code: ``param_compute.cli.run_benchmark``.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""``python -m param_compute.workload_totals``: entry point; the code is in ``param_compute.results.workload_totals``."""
+"""``python -m param_compute.workload_totals``: the entry point.
+
+The code: ``param_compute.results.workload_totals``.
+"""
 
 import sys
 

@@ -13,7 +13,8 @@ import param_compute
 import param_compute.runtime.executor as executor_module
 from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor
 import param_compute.runtime.devices as devices_module
-from param_compute.runtime.devices import CudaEventClock, Device, launch_cover_us, spin_cycles_per_us
+from param_compute.runtime.devices import (CudaEventClock, Device, launch_cover_us,
+                                           spin_cycles_per_us)
 
 
 class FakeCudaClock:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.plan.summary import (dtypes_summary, estimate_cost, params_summary,
-                                          shapes_summary, varying_features)
+                                        shapes_summary, varying_features)
 from param_compute.results.sinks.export import CSV_COLUMNS
 
 SWEEP = {

@@ -1,4 +1,7 @@
-"""``python -m param_compute.capture``: entry point; the code is in ``param_compute.cli.capture``."""
+"""``python -m param_compute.capture``: the entry point.
+
+The code: ``param_compute.cli.capture``.
+"""
 
 import sys
 

@@ -1,1 +1,1 @@
-"""Command-line front ends: argument parsing and exit statuses for the tools (``python -m param_compute.X``)."""
+"""Command-line front ends: parsing and exit statuses of the ``python -m`` tools."""

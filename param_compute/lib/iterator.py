@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from param_compute.lib._engine import RegistryView
 from param_compute.plan.iterators import (DefaultConfigIterator, DummyConfigIterator,
-                                         RangeConfigIterator)
+                                          RangeConfigIterator)
 from param_compute.plugins.interfaces import ConfigIterator
 from param_compute.plugins.registry import register_config_iterator
 

@@ -1,1 +1,1 @@
-"""Stage 3a, operators: which names a spec may run, and adapters that make torch callables operators."""
+"""Stage 3a, operators: which names a spec may run; adapters making torch callables ops."""

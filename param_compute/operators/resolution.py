@@ -30,8 +30,8 @@ from param_compute.errors import did_you_mean
 from param_compute.plugins.interfaces import OperatorInterface
 from param_compute.plugins.registry import Registries
 from param_compute.operators.adapters import (AtenOperator, CallableOperator, InplaceMethodOperator,
-                              ModuleOperator, aten_base_name, aten_overload_name,
-                              op_namespace)
+                                              ModuleOperator, aten_base_name, aten_overload_name,
+                                              op_namespace)
 from param_compute.spec.model import Resolution
 
 FUNCTION_NAMESPACES = {
@@ -247,7 +247,8 @@ class OperatorResolver:
         failed = "".join(f"; workload {module} failed to load ({why})"
                          for module, why in regs.failed_workloads.items())
         return _refusal(f"unknown operator {name!r}{failed}",
-                        did_you_mean(name, list(regs.operators)) or f"operators are {ALLOWED_FORMS}")
+                        did_you_mean(name, list(regs.operators))
+                        or f"operators are {ALLOWED_FORMS}")
 
     def _resolve_aten(self, name: str) -> Resolution:
         match = _ATEN_NAME.match(name)

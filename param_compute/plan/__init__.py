@@ -1,1 +1,1 @@
-"""Stage 2, the run plan: expand a validated spec lazily into keyed runs, estimate their cost, shard them (no torch)."""
+"""Stage 2, the run plan: a validated spec expanded lazily into keyed runs (no torch)."""

@@ -172,7 +172,9 @@ class DefaultConfigIterator(ConfigIterator):
 
 
 class RangeConfigIterator(ConfigIterator):
-    """Cartesian expansion of ``__range__``/``__list__`` attributes; id = ``variant_combination``."""
+    """Cartesian expansion of ``__range__``/``__list__`` attributes.
+
+    The id is ``variant_combination``."""
 
     def __init__(self, configs: Dict[str, Any], key: str, device: str):
         super().__init__(configs, key, device)

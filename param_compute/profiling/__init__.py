@@ -1,1 +1,1 @@
-"""Profiling: NVTX/profiler ranges, torch traces, Nsight batching, the profiled child and its reports."""
+"""Profiling: NVTX/profiler ranges, torch traces, Nsight batches and their reports."""

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from param_compute.profiling.profiles import KernelTable, number, parse_iteration_range, run_report, to_ns
+from param_compute.profiling.profiles import (KernelTable, number, parse_iteration_range,
+                                              run_report, to_ns)
 
 #: Columns of a ``--page raw`` CSV that describe the launch rather than measure it.
 IDENTITY_COLUMNS = frozenset(("ID", "Process ID", "Process Name", "Host Name", "Kernel Name",

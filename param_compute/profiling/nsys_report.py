@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from param_compute.errors import OptionsError
-from param_compute.profiling.profiles import BatchRecord, KernelTable, RunPass, parse_iteration_range, run_report
+from param_compute.profiling.profiles import (BatchRecord, KernelTable, RunPass,
+                                              parse_iteration_range, run_report)
 
 #: NVTX event types of Nsight Systems' export: push/pop and start/end ranges.
 NVTX_PUSH_POP, NVTX_START_END = 59, 60

@@ -1,1 +1,1 @@
-"""Stage 4, results: typed records, statistics, the one results-file reader/writer, sinks and analysis tools."""
+"""Stage 4, results: records, statistics, the one results-file owner, sinks and tools."""

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.plan.runkey import id_order, key_of
 from param_compute.results.fields import run_of
-from param_compute.results.file import ResultsFile, ResultsFileError, read_results_warned, write_results
+from param_compute.results.file import (ResultsFile, ResultsFileError, read_results_warned,
+                                        write_results)
 
 
 class MergeError(Exception):

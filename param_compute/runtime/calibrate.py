@@ -1,10 +1,10 @@
 """``python -m param_compute.calibrate``: measure this machine's peaks and cache them.
 
-Peak FLOP/s per floating dtype is the best rate of square GEMMs (``torch.mm`` into a
-preallocated output), sizes doubling until a call lasts long enough or two sizes in a row gain less than 2%;
-peak bandwidth is the best of a large copy (2 x N elements moved) and a large add (3 x N),
-counted the way runs count bytes (inputs plus outputs). Both are timed with the run's own clock
-and loop (continuous mode, CUDA events on a GPU), one torch thread unless asked otherwise.
+Peak FLOP/s per floating dtype is the best rate of square GEMMs (``torch.mm`` into a preallocated
+output), sizes doubling until a call lasts long enough or two sizes in a row gain less than 2%;
+peak bandwidth is the best of a large copy (2 x N elements moved) and a large add (3 x N), counted
+the way runs count bytes (inputs plus outputs). Both are timed with the run's own clock and loop
+(continuous mode, CUDA events on a GPU), one torch thread unless asked otherwise.
 The peaks go to the per-machine cache (``runtime.peaks``), keyed by device name, driver and
 torch versions and thread count; runs with the same setup then report utilization.
 """

@@ -15,15 +15,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from param_compute.profiling.ranges import (Annotator, iteration_range_name, iteration_ranges, phase_range_name,
-                          run_range_name)
+from param_compute.profiling.ranges import (Annotator, iteration_range_name, iteration_ranges,
+                                            phase_range_name, run_range_name)
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
-                                                 config_bytes, default_limit, format_size)
+                                                config_bytes, default_limit, format_size)
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes

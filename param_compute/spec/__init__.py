@@ -1,1 +1,1 @@
-"""Stage 1, the spec: read a spec file, hold it to its limits, validate it into a typed ``BenchmarkSpec`` (no torch)."""
+"""Stage 1, the spec: read, limit and validate a spec file into a ``BenchmarkSpec`` (no torch)."""

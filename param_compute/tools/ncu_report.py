@@ -1,4 +1,7 @@
-"""``python -m param_compute.tools.ncu_report``: entry point; the code is in ``param_compute.profiling.ncu_report``."""
+"""``python -m param_compute.tools.ncu_report``: the entry point.
+
+The code: ``param_compute.profiling.ncu_report``.
+"""
 
 import sys
 

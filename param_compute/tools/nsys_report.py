@@ -1,4 +1,7 @@
-"""``python -m param_compute.tools.nsys_report``: entry point; the code is in ``param_compute.profiling.nsys_report``."""
+"""``python -m param_compute.tools.nsys_report``: the entry point.
+
+The code: ``param_compute.profiling.nsys_report``.
+"""
 
 import sys
 

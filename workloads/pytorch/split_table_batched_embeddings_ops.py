@@ -25,11 +25,11 @@ import torch
 
 from param_compute.plugins.interfaces import ConfigIterator, DataGenerator, OperatorInterface
 from param_compute.plugins.registry import (
-    register_config_iterator,
-    register_data_generator,
-    register_operator,
-    register_unavailable_operators,
-)
+                                            register_config_iterator,
+                                            register_data_generator,
+                                            register_operator,
+                                            register_unavailable_operators,
+                                            )
 
 # fbgemm_gpu is optional: without it only the operator is missing, and specs naming it fail
 # validation with FBGEMM_UNAVAILABLE as the reason. Its import costs about a second, so it is only
@@ -43,13 +43,13 @@ def _fbgemm() -> SimpleNamespace:
     """The fbgemm_gpu names the operator uses (imported on first use)."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-        ComputeDevice,
-        EmbeddingLocation,
-        PoolingMode,
-    )
+                                                                      ComputeDevice,
+                                                                      EmbeddingLocation,
+                                                                      PoolingMode,
+                                                                      )
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-        SplitTableBatchedEmbeddingBagsCodegen,
-    )
+                                                                        SplitTableBatchedEmbeddingBagsCodegen,
+                                                                        )
 
     return SimpleNamespace(EmbOptimType=EmbOptimType, SparseType=SparseType,
                            ComputeDevice=ComputeDevice, EmbeddingLocation=EmbeddingLocation,
