@@ -28,7 +28,7 @@ log = logging.getLogger("param_compute")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.cli.run_benchmark",
+        prog="python -m param_compute.run_benchmark",
         description="Replay a JSON operator spec: validate, expand, time each run, write JSON "
                     "Lines results (PARAM-compatible).")
     p.add_argument("-c", "--config", type=Path, help="the spec file (JSON)")

@@ -176,7 +176,7 @@ def replay(document: Dict[str, Any]) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.profiling.batch_child",
+        prog="python -m param_compute.run_batch",
         description="Replay one batch of runs (the child that --ncu/--nsys profile).")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--batch-file", "-f", "--file", type=Path, dest="batch_file",

@@ -122,7 +122,7 @@ def join(launches: Sequence[Launch], table: KernelTable, metrics: Sequence[str])
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.profiling.ncu_report",
+        prog="python -m param_compute.tools.ncu_report",
         description="Join the Nsight Compute logs of a --ncu run back to its run ids.")
     p.add_argument("results", type=Path, help="a results file written with --ncu")
     p.add_argument("-m", "--metric", action="append", default=[], metavar="NAME",

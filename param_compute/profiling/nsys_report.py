@@ -136,7 +136,7 @@ def join_sqlite(database: Path, table: KernelTable) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.profiling.nsys_report",
+        prog="python -m param_compute.tools.nsys_report",
         description="Join the Nsight Systems reports of a --nsys run back to its run ids.")
     p.add_argument("results", type=Path, help="a results file written with --nsys")
     p.add_argument("--nsys-bin", metavar="PATH",

@@ -259,7 +259,7 @@ def write_csv(report: CompareReport, path: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.results.compare",
+        prog="python -m param_compute.compare",
         description="Compare two results files run by run: speedup, significance, geometric "
                     "means; optionally fail on a significant regression.")
     p.add_argument("base", type=Path, help="the baseline results file")

@@ -139,7 +139,7 @@ def merge_shards(shards: List[ResultsFile], partial: bool = False
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.results.merge",
+        prog="python -m param_compute.merge",
         description="Join the results files of a sharded run into one, in the unsharded "
                     "run's order.")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the merged file")

@@ -164,7 +164,7 @@ def build_report(results: ResultsFile, title: Optional[str] = None,
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.results.report",
+        prog="python -m param_compute.report",
         description="Write a self-contained HTML report of a results file: latency and "
                     "throughput plots of each sweep, and a table of every run.")
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")

@@ -305,7 +305,7 @@ def write_csv(path: Path, records: List[Dict[str, Any]]) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.results.sinks.export",
+        prog="python -m param_compute.exporters",
         description="Convert a results file to CSV and/or the PyTorch OSS benchmark-database "
                     "JSON format.")
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
