@@ -1,7 +1,8 @@
 """The engine: run plan -> (executor: built operators, data, timed passes) -> records -> sinks.
 
-This module is torch-free: a dry run plans and writes records without importing torch. The
-measuring side lives in ``executor``.
+This module imports no torch; the measuring side lives in ``executor``, which a dry run never
+loads. (A dry run's toolchain still imports torch: the built-in workloads and operator-name
+resolution need it to know what ``torch.add`` is.)
 """
 
 from __future__ import annotations
