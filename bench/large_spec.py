@@ -4,7 +4,8 @@
 Two specs: a capture-like spec of 60,000 configs of distinct shapes (one run each, as a captured
 model's spec: torch.add, torch.matmul, relu and aten::mul with its schema as the build arg), and
 ``bench/dry_run_scale.py``'s range spec of 100,000 runs. Each side runs in a fresh process, ours
-and PARAM's interleaved round by round, and times inside it the same load + expansion:
+and PARAM's interleaved round by round (which goes first alternating, each process started with
+a core free of other load), and times inside it the same load + expansion:
 
 * ours: the dry run's path after start-up, as the command line takes it (plugins loaded, then
   the validated spec, frozen for the collector): read and validate the spec, count its runs,
@@ -97,7 +98,7 @@ def child_ours(path: str) -> Dict[str, Any]:
     toolchain = Toolchain.start()
     gc.freeze()
     gc.enable()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     gc.disable()  # as the command line reads and validates a spec: then freezes it
     spec = toolchain.load(path)
     gc.freeze()
@@ -105,10 +106,10 @@ def child_ours(path: str) -> Dict[str, Any]:
     iterators = toolchain.registries.config_iterators
     counted = count_runs(spec, iterators)
     runs = sum(1 for _ in plan_runs(spec, iterators))
-    phase = time.perf_counter() - start
+    phase, cpu = time.perf_counter() - start, time.process_time() - cpu
     if counted != runs:
         raise SystemExit(f"counted {counted} runs but planned {runs}")
-    return {"runs": runs, "phase_s": phase}
+    return {"runs": runs, "phase_s": phase, "cpu_s": cpu}
 
 
 def child_param(path: str) -> Dict[str, Any]:
@@ -124,7 +125,7 @@ def child_param(path: str) -> Dict[str, Any]:
     init_helper.load_modules(importlib.import_module(f"{package}.workloads.pytorch"))
     config = importlib.import_module(f"{package}.lib.config")
     last_id = None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     bench_config = config.BenchmarkConfig({"device": "cpu"})
     bench_config.load_json_file(path)
     runs = 0
@@ -139,7 +140,8 @@ def child_param(path: str) -> Dict[str, Any]:
                 for input_id, _ in op_config.input_iterator(view, "input", "cpu"):
                     last_id = f"{op_config.name}|{config_id}|{build_id}|{input_id}"
                     runs += 1
-    return {"runs": runs, "phase_s": time.perf_counter() - start, "last_id": last_id}
+    return {"runs": runs, "phase_s": time.perf_counter() - start,
+            "cpu_s": time.process_time() - cpu, "last_id": last_id}
 
 
 def measure(side: str, path: Path, python: str) -> Dict[str, Any]:
@@ -165,7 +167,7 @@ def measure(side: str, path: Path, python: str) -> Dict[str, Any]:
 # --- the table ------------------------------------------------------------------------------
 
 def _print_table(rows: List[List[str]]) -> None:
-    header = ["spec", "configs", "runs", "ours s", "PARAM s", "ratio", "ours wall s",
+    header = ["spec", "configs", "runs", "ours s", "PARAM s", "ratio", "CPU ratio", "ours wall s",
               "PARAM wall s", "peak MB ours / PARAM", "result"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
@@ -176,7 +178,9 @@ def _print_table(rows: List[List[str]]) -> None:
 
 def run_side_by_side(specs: List[Tuple[str, int, int, Dict[str, Any]]], rounds: int,
                      python: str) -> Tuple[List[List[str]], bool]:
-    rows, met = [], True
+    from _common import wait_quiet  # imports torch: only the parent, only here
+
+    rows, met, contended = [], True, 0
     median = statistics.median
     with tempfile.TemporaryDirectory(prefix="large_spec_") as tmp:
         for name, configs, runs, spec in specs:
@@ -184,8 +188,9 @@ def run_side_by_side(specs: List[Tuple[str, int, int, Dict[str, Any]]], rounds: 
             path.write_text(json.dumps(spec), encoding="utf-8")
             ours, param = [], []
             for index in range(rounds):  # interleaved: both sides see the same machine
-                ours.append(measure("ours", path, python))
-                param.append(measure("param", path, python))
+                for side in (("ours", "param") if index % 2 == 0 else ("param", "ours")):
+                    contended += not wait_quiet()  # each process starts with a core free
+                    (ours if side == "ours" else param).append(measure(side, path, python))
                 print(f"  {name} round {index + 1}/{rounds}: ours {ours[-1]['phase_s']:.2f} s "
                       f"({ours[-1]['wall_s']:.2f} s wall), PARAM {param[-1]['phase_s']:.2f} s "
                       f"({param[-1]['wall_s']:.2f} s wall)", file=sys.stderr)
@@ -193,15 +198,19 @@ def run_side_by_side(specs: List[Tuple[str, int, int, Dict[str, Any]]], rounds: 
             ours_s = median(r["phase_s"] for r in ours)
             param_s = median(r["phase_s"] for r in param)
             ratio = ours_s / param_s
+            cpu_ratio = median(r["cpu_s"] for r in ours) / median(r["cpu_s"] for r in param)
             ok = planned == {runs} and ratio <= TARGET_RATIO
             met = met and ok
             rows.append([name, f"{configs:,}", f"{runs:,}" if planned == {runs}
                          else f"{sorted(planned)} != {runs:,}", f"{ours_s:.2f}", f"{param_s:.2f}",
-                         f"{ratio:.2f}", f"{median(r['wall_s'] for r in ours):.2f}",
+                         f"{ratio:.2f}", f"{cpu_ratio:.2f}",
+                         f"{median(r['wall_s'] for r in ours):.2f}",
                          f"{median(r['wall_s'] for r in param):.2f}",
                          f"{median(r['peak_mb'] for r in ours):.0f} / "
                          f"{median(r['peak_mb'] for r in param):.0f}",
                          "pass" if ok else "MISS"])
+    print(f"  {2 * rounds * len(specs) - contended} of {2 * rounds * len(specs)} processes "
+          "started with a core free of other load", file=sys.stderr)
     return rows, met
 
 
@@ -237,7 +246,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print()
     _print_table(rows)
     print(f"\nours s / PARAM s: the same load + expansion after each side's start-up (target "
-          f"ratio <= {TARGET_RATIO}); wall: the whole process, start-up and exit included.")
+          f"ratio <= {TARGET_RATIO}); CPU ratio: the same phases' CPU time (what other "
+          "tenants' load does not add to); wall: the whole process, start-up and exit included.")
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
         print(f"note: load average {load:.1f} on {os.cpu_count()} CPUs: other work shared the "

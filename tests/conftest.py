@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+# Bytecode is cached for the test session even where PYTHONDONTWRITEBYTECODE is set: the suite
+# starts dozens of Python processes (CLI runs, isolated workers, profiled batch children), and
+# each would otherwise compile param_compute afresh (~0.4 s apiece), as would every pytest-xdist
+# worker's assertion rewriting of the test modules. The caches go to __pycache__ (git-ignored).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CONFIGS = REPO.parent / "shared" / "param-configs"
 EXAMPLES = REPO / "examples" / "configs"

@@ -562,6 +562,26 @@ def test_a_large_legal_spec_is_accepted_in_seconds(toolchain, tmp_path):
     assert len(spec.operators[0].configs[0]["input"][0]["args"][1]["value"]) == 400_000
 
 
+def test_a_captured_aten_spec_proved_plain_still_has_every_schema_checked(toolchain):
+    """The fast path proves whole config lists of plain data specs; an aten operator's schema
+    strings are still checked in every config entry, the odd one out reported where it is."""
+    def entry(i, schema="aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"):
+        return {"build": [{"args": [{"type": "str", "value": schema}]}],
+                "input": [{"args": [_tensor(i % 7 + 1), _tensor(i % 7 + 1)]}]}
+    configs = [entry(i) for i in range(3000)]
+    configs[2345] = entry(2345, "aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)"
+                                " -> Tensor")
+    spec = {"aten::mul": {"input_data_generator": GEN, "config": configs},
+            "torch.add": {"input_data_generator": GEN,
+                          "config": [{"input": entry(i)["input"]} for i in range(3000)]}}
+    error = _load_error(toolchain, spec)
+    assert len(error.problems) == 1
+    _assert_reported(error, Case("aten::mul.config[2345].build[0].args[0].value",
+                                 "schema is for aten::sub, not aten::mul"))
+    configs[2345] = entry(2345)
+    assert [op.name for op in toolchain.load(spec).operators] == ["aten::mul", "torch.add"]
+
+
 def test_a_large_list_with_one_macro_is_checked_in_full_in_seconds(toolchain):
     """Not plain (a ranged item): the full checks see all 300,000 items, still in seconds."""
     spec = _big_list_spec(300_000, {"type": "int", "value": [1, 3], "__range__": ["value"]})

@@ -317,7 +317,7 @@ def test_runs_of_a_killed_profiled_batch_are_profiled_on_resume(tmp_path):
     bin_dir = tmp_path / "bin"
     install_fake(bin_dir, "ncu")
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               FAKE_PROFILER_RECORD=str(tmp_path / "calls.jsonl"))
+               FAKE_PROFILER_RECORD=str(tmp_path / "calls.jsonl"), FAKE_PROFILER_RUN="0")
     env.pop("FAKE_PROFILER_FAIL", None)
     spec = write_spec(tmp_path, ranged_add(5))
     out = tmp_path / "r.json"

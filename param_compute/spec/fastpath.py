@@ -49,6 +49,8 @@ class Scan:
     rest: List[Tuple[Dict[str, Any], tuple]] = field(default_factory=list)
     values: int = 0  # an upper bound of the values in the plain parts
     keys: Optional[int] = None  # the object keys in the spec, when everything is plain
+    #: ids of the ``config`` lists whose every entry is only plain build and input lists
+    proved_configs: set = field(default_factory=set)
 
 
 def _int(value: Any) -> bool:
@@ -244,12 +246,26 @@ def _arg_spec_list(asl: Any, keys: List[int]) -> Optional[int]:
         if type(args) is not list:
             return None
         for spec in args:
-            if type(spec) is dict and spec.get("type") == "tensor":  # the common case, inline
+            if type(spec) is not dict or spec.get("type") != "tensor":
+                size = data_spec(spec, 0, keys)
+            elif len(spec) == 4 and spec.get("requires_grad") is False \
+                    and type(spec.get("shape")) is list and type(spec.get("dtype")) is str \
+                    and spec["dtype"] in DTYPE_NAMES:
+                # The hottest shape of a captured spec, inline: a plain 4-key tensor.
+                shape = spec["shape"]
+                for dim in shape:
+                    if type(dim) is not int or not 0 <= dim <= INT_MAX:
+                        plain = False
+                        break
+                else:
+                    total += 6 + len(shape)
+                    keys[0] += 4
+                    continue
+                break
+            else:
                 size = _tensor(spec)
                 if size:
                     keys[0] += len(spec)
-            else:
-                size = data_spec(spec, 0, keys)
             if not size:
                 plain = False
                 break
@@ -303,6 +319,7 @@ def scan(raw: Any) -> Optional[Scan]:
             return None
         values += 2 + len(op)
         keys[0] += len(op)
+        rest_before, targets = len(rest), False
         for index, entry in enumerate(op["config"]):
             if type(entry) is not dict or "input" not in entry \
                     or not CONFIG_ENTRY_KEYS.issuperset(entry):
@@ -310,6 +327,7 @@ def scan(raw: Any) -> Optional[Scan]:
             values += 1 + len(entry)
             keys[0] += len(entry)
             if "target" in entry:
+                targets = True
                 if not _target(entry["target"]):
                     return None
                 values += 4
@@ -332,6 +350,8 @@ def scan(raw: Any) -> Optional[Scan]:
                         values += size
                     else:
                         rest.append((asl, (name, "config", index, section, list_index)))
+        if len(rest) == rest_before and not targets:
+            result.proved_configs.add(id(op["config"]))
     result.values = values
     result.keys = None if rest else keys[0]
     return result

@@ -26,7 +26,6 @@ from param_compute.spec.limits import (MAX_NESTING_DEPTH, MAX_OPERATORS, _Duplic
 MAX_SPEC_BYTES = 64 * 1024 * 1024
 #: A key token followed by white space before its colon (json.dumps never writes one).
 _SPACED_KEY = re.compile(r'"[ \t\r\n]+:')
-_QUOTE_SPACE = ('" ', '"\n', '"\t', '"\r')  # what such a key starts with (found at C speed)
 
 
 class _NonStandardConstant(Exception):
@@ -64,9 +63,9 @@ def _has_duplicate_keys(text: str, value: Any, keys: Optional[int]) -> bool:
     """Whether the JSON ``text`` that parsed into ``value`` (whose objects have ``keys`` keys
     in all, when known) has an object with a repeated key (the parser kept only the last).
     True also when the text is too unusual to tell cheaply."""
-    if '\\"' in text or "\\u" in text:
+    if "\\" in text and ('\\"' in text or "\\u" in text):
         return True  # a quote inside a string, or an escape that may write one: count slowly
-    if any(pair in text for pair in _QUOTE_SPACE) and _SPACED_KEY.search(text):
+    if _SPACED_KEY.search(text):
         return True  # a key spaced from its colon: '":' does not count it
     # Every '"' now delimits a string, so '":' ends a key: as many as the objects have keys,
     # unless an object had a key twice. json.dumps writes each key once, as '"key": '.

@@ -73,6 +73,7 @@ class SpecValidator(DataSpecChecks):
         if value_problems:
             raise SpecError(self.source, value_problems)
         self._plain = scan.plain if scan is not None else frozenset()
+        self._proved_configs = scan.proved_configs if scan is not None else frozenset()
         operators = []
         try:
             found = (schema_problems(raw) if scan is None else data_spec_schema_problems(
@@ -155,12 +156,13 @@ class SpecValidator(DataSpecChecks):
         if not isinstance(configs, list) or len(names) < 4:
             return None
         aten = resolution.ok and resolution.kind == "aten"
-        plain = self._plain
-        for index, entry in enumerate(configs):
-            inputs = entry.get("input") if type(entry) is dict and len(entry) == 1 else None
-            if (not aten and type(inputs) is list and inputs
-                    and all(map(plain.__contains__, map(id, inputs)))):
-                continue  # only inputs, each proved free of problems by the fast path
+        proved = self._plain.__contains__
+        whole = id(configs) in self._proved_configs  # every entry proved by the fast path
+        for index, entry in enumerate(configs if aten or not whole else ()):
+            if whole or type(entry) is dict and _proved_entry(entry, proved):
+                if aten:  # the arg-spec-lists are proved; the schema string is checked here
+                    self._check_aten_build(entry, path + ("config", index))
+                continue
             entry_path = path + ("config", index)
             if isinstance(entry, dict) and not _under(entry_path, bad_paths):
                 self._check_config_entry(entry, entry_path, names, resolution, bad_paths)
@@ -250,6 +252,16 @@ class SpecValidator(DataSpecChecks):
             elif count > MAX_RUNS_PER_VARIANT:
                 self.problem(path, f"this variant expands to {count} runs, over the "
                                    f"{MAX_RUNS_PER_VARIANT} limit")
+
+
+def _proved_entry(entry: Dict[str, Any], proved) -> bool:
+    """Whether a config entry is only ``input`` (and ``build``) lists whose arg-spec-lists the
+    fast path proved free of problems (``proved``: membership of their ids)."""
+    inputs, builds = entry.get("input"), entry.get("build")
+    if type(inputs) is not list or not inputs or len(entry) != 1 + (builds is not None):
+        return False
+    return all(map(proved, map(id, inputs))) and (
+        builds is None or type(builds) is list and all(map(proved, map(id, builds))))
 
 
 def _expand_some(build_iterator: type, input_iterator: type, entry: Dict[str, Any],
