@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -180,9 +181,14 @@ def _descendants(pid: int):
     return found
 
 
-def test_profiler_and_profiled_child_die_with_a_killed_run(tmp_path):
+def test_profiler_and_profiled_child_die_with_a_killed_run(tmp_path, monkeypatch):
     from test_nsight import install_fake
 
+    # A temporary directory of this test's own: a run elsewhere (another pytest-xdist worker's)
+    # sweeps stale batch directories of dead runs from the shared one, this killed run's too.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     bin_dir = tmp_path / "bin"
     install_fake(bin_dir, "ncu")
     plugins = tmp_path / "plugins"
@@ -190,7 +196,7 @@ def test_profiler_and_profiled_child_die_with_a_killed_run(tmp_path):
     (plugins / "hang.py").write_text(CHILD_HANG)
     spec = write_spec(tmp_path, simple_op("test.hang_when_profiled", {"type": "int", "value": 1}))
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               FAKE_PROFILER_RECORD=str(tmp_path / "calls.jsonl"))
+               FAKE_PROFILER_RECORD=str(tmp_path / "calls.jsonl"), TMPDIR=str(temp))
     env.pop("FAKE_PROFILER_FAIL", None)
     env.pop(lifeline.PARENT_PID_ENV, None)
     run = subprocess.Popen(
