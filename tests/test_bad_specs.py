@@ -241,6 +241,25 @@ def _inputs(plan):
     return [(run_id, config["input"]) for run_id, config in plan]
 
 
+def test_default_iterators_plan_the_same_runs_on_the_lean_path(toolchain):
+    """Operators whose build and input iterators are the default take a lean path through the
+    plan; a subclass of the default iterator (same expansion) takes the general one: same runs."""
+    from param_compute.plan.iterators import DefaultConfigIterator
+
+    entries = [{"input": [{"args": [_tensor([2])]}, {"args": [_tensor([3])]}]},
+               {"build": [{"args": [{"type": "int", "value": 4}]}, {"args": []}],
+                "input": [{"args": [_tensor([2, 4])]}]},
+               {"build": [], "input": [{"args": [_tensor([1])]}]}]
+    spec = {"torch.nn.Linear": {"input_data_generator": GEN, "config": entries}}
+    lean = _plan(toolchain, spec)
+    assert [run_id for run_id, _ in lean] == ["0|0|0", "0|0|1", "1|0|0", "1|1|0", "2|0|0"]
+    validated = toolchain.validate(spec, "<test>")
+    copy = type("Copy", (DefaultConfigIterator,), {})
+    general = {name: copy if iterator is DefaultConfigIterator else iterator
+               for name, iterator in toolchain.registries.config_iterators.items()}
+    assert [(run.id, run.config()) for run in plan_runs(validated, general)] == lean
+
+
 def test_macros_in_kwargs_expand(toolchain):
     spec = {"torch.add": {"input_iterator": RANGE, "input_data_generator": GEN, "config": [{
         "input": [{"args": [_tensor([2, 3]), _tensor([2, 3])],

@@ -66,12 +66,31 @@ def plan_runs(spec, iterators: Dict[str, type], device: str = "cpu") -> Iterator
     """Lazily expand a validated spec into planned runs, in run order (memory stays flat)."""
     for op_index, op in enumerate(spec.operators):
         input_iterator = iterators[op.input_iterator]
+        if input_iterator is DefaultConfigIterator \
+                and iterators[op.build_iterator] is DefaultConfigIterator:
+            yield from _plan_default(op, op_index)  # a captured spec's operators, made lean
+            continue
         for config_index, entry in enumerate(op.configs):
             for build_id, build_config in _builds(op, entry, iterators, device):
                 view = {"build": build_config, "input": entry["input"]}
                 for input_id, input_config in _iterate(input_iterator, view, "input", device):
                     yield PlannedRun(op.name, op_index, config_index, build_id, build_config,
                                      str(input_id), input_config)
+
+
+def _plan_default(op, op_index: int) -> Iterator[PlannedRun]:
+    """``plan_runs`` of one operator whose build and input iterators are both the default
+    (each listed config is one run): the same runs, without a generator or a view per entry."""
+    name = op.name
+    for config_index, entry in enumerate(op.configs):
+        inputs = entry["input"]
+        build = entry.get("build")
+        builds = enumerate(build) if build else (("0", build),)
+        for build_id, build_config in builds:
+            build_id = str(build_id)
+            for input_id, input_config in enumerate(inputs):
+                yield PlannedRun(name, op_index, config_index, build_id, build_config,
+                                 str(input_id), input_config)
 
 
 def count_runs(spec, iterators: Dict[str, type]) -> Optional[int]:
