@@ -133,3 +133,22 @@ def test_console_reporter_shows_progress_and_a_summary():
     reporter.finish(summary)
     text = buffer.getvalue()
     assert "torch.add" in text and "11.00 µs" in text and "results: out.json" in text
+
+
+@pytest.mark.parametrize("mode", list(ExecMode))
+def test_the_garbage_collector_is_paused_for_the_loop_and_left_as_found(mode):
+    import gc
+
+    seen = []
+    assert gc.isenabled()
+    assert len(time_calls(lambda: seen.append(gc.isenabled()), 12, HostClock, mode)) > 0
+    assert seen == [False] * 12 and gc.isenabled()
+    gc.disable()
+    try:
+        time_calls(lambda: seen.append(gc.isenabled()), 3, HostClock, mode)
+        assert not gc.isenabled()  # a caller that paused it finds it paused
+    finally:
+        gc.enable()
+    with pytest.raises(ZeroDivisionError):
+        time_calls(lambda: 1 / 0, 2, HostClock, mode)
+    assert gc.isenabled()  # restored when the op raises, too

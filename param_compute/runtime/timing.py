@@ -16,7 +16,9 @@ has a sample for statistics and comparisons; ``continuous_events`` stamps every 
 to back and synchronizes once at the end.
 
 Per timed iteration the loop does the call and the clock, nothing else: outputs are dropped as
-soon as the call returns, and stamps go into a preallocated list.
+soon as the call returns, and stamps go into a preallocated list. Python's cyclic garbage
+collector is paused for the loop (as ``timeit`` pauses it): a collection that a count of
+allocations happens to trigger mid-loop is the interpreter's time, not the op's.
 
 ``warm_up`` is the time-based warm-up (``--warmup-time``): blocks of calls, timed by the same
 loop, until enough time has passed and, when asked, the per-block median has stopped drifting.
@@ -25,6 +27,7 @@ loop, until enough time has passed and, when asked, the per-block median has sto
 from __future__ import annotations
 
 import enum
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -85,6 +88,18 @@ def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
     """
     if count <= 0:
         return []
+    collecting = gc.isenabled()
+    gc.disable()  # as timeit does: a collection due at some allocation is not the op's time
+    try:
+        return _time_calls(fn, count, clock, mode, prepare, host_out, blocks)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
+                prepare: Optional[Callable[[], Any]], host_out: Optional[List[float]],
+                blocks: int) -> List[float]:
     reserve = getattr(clock, "reserve", None)
     stamp = clock.stamp
     if mode is ExecMode.CONTINUOUS:
