@@ -31,7 +31,7 @@ sizes of each operator.
 Inputs: each round makes one set of float32 ``torch.rand`` tensors (``requires_grad`` false) and
 all five steps time that same set: ours through a data generator that hands the engine those
 tensors, theirs directly. Where a buffer lands decides a small op's time as much as the timer
-does (4 KiB aliasing between inputs and output: torch.add 256² reads 13.8 µs or 17.7 µs on this
+does (4 KiB aliasing between the buffers: torch.add 256² reads 13.8 µs or 17.7 µs on this
 VM by the inputs' page offsets alone, and fresh tensors read anywhere from 12.7 to 19.8 µs on
 either tool), so a comparison on different tensors measures the allocator's luck; on the same
 tensors it measures the timers. Fresh tensors every round still sample that luck fairly.
@@ -57,7 +57,7 @@ from _common import (console, median, op_spec, pin_threads, print_table, tensor,
 TOLERANCE = 0.07
 #: Fresh buffers land differently in a last-level cache shared with other tenants: a memory-bound
 #: case (relu over 4 MB) reads up to ~10% apart from one set of tensors to the next, on either
-#: side. Five paired rounds keep the median ratio's own noise well inside the tolerance.
+#: side. Five bracketed rounds keep the median ratio's own noise well inside the tolerance.
 ROUNDS = 5
 #: The statistic of ours set against theirs (a median of block means: a mean per call, over a
 #: block, robust across blocks): continuous mode's is the same median of block means; discrete
