@@ -222,3 +222,31 @@ def test_signals_finish_the_line_and_write_an_interrupted_finish_record(tmp_path
     assert runs and all(r["status"] == "ok" for r in runs)
     assert finish["interrupted"] == signal.Signals(signum).name
     assert "Traceback" not in stderr
+
+
+def test_a_signal_inside_nested_critical_sections_is_raised_when_the_outermost_ends():
+    """The guard's sections hold a signal until the outermost one ends, then raise it (after a
+    body that raised, chained to the body's error); later signals are counted and dropped."""
+    from param_compute.runtime.signals import Interrupted, SignalGuard
+
+    guard = SignalGuard()
+    done = []
+    with pytest.raises(Interrupted) as stopped:
+        with guard.critical():
+            with guard.critical():
+                guard._handle(signal.SIGTERM, None)  # as the handler is called
+                done.append("inner")
+            done.append("outer")  # still held: the outer section is open
+    assert done == ["inner", "outer"] and stopped.value.signum == signal.SIGTERM
+    assert guard.stopping and guard._depth == 0
+    guard._handle(signal.SIGINT, None)
+    assert guard.dropped == 1
+
+    guard = SignalGuard()
+    with pytest.raises(Interrupted) as stopped:
+        with guard.critical():
+            guard._handle(signal.SIGINT, None)
+            raise OSError("disk full")
+    assert isinstance(stopped.value.__context__, OSError) and guard._depth == 0
+    with guard.critical():  # a section after a stop: nothing held, nothing raised
+        pass

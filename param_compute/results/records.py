@@ -97,15 +97,17 @@ class RunRecord:
     @property
     def count(self) -> Optional[int]:
         """How often a captured config occurred in its workload (its input's ``count``)."""
-        config_input = self.config.get("input") if isinstance(self.config, dict) else None
-        return config_input.get("count") if isinstance(config_input, dict) else None
+        return self._input_field("count")
 
     @property
     def original_us(self) -> Optional[Dict[str, Any]]:
         """A captured config's mean time per call in the captured run (its input's
         ``original_us``: ``{"cpu", "device"}`` µs), when the capture joined a Kineto trace."""
+        return self._input_field("original_us")
+
+    def _input_field(self, key: str) -> Any:
         config_input = self.config.get("input") if isinstance(self.config, dict) else None
-        return config_input.get("original_us") if isinstance(config_input, dict) else None
+        return config_input.get(key) if isinstance(config_input, dict) else None
 
     @classmethod
     def from_fields(cls, fields: Dict[str, Any]) -> "RunRecord":
@@ -118,10 +120,10 @@ class RunRecord:
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
-        if self.count is not None:
-            out["count"] = self.count
-        if self.original_us is not None:
-            out["original_us"] = self.original_us
+        for key in ("count", "original_us"):  # a captured config's, each looked up once
+            value = self._input_field(key)
+            if value is not None:
+                out[key] = value
         if self.passes:  # an error record keeps the passes measured before the failure
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}
