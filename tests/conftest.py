@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from zygote import ZYGOTE, Forked
+
 # Bytecode is cached for the test session even where PYTHONDONTWRITEBYTECODE is set: the suite
 # starts dozens of Python processes (CLI runs, isolated workers, profiled batch children), and
 # each would otherwise compile param_compute afresh (~0.4 s apiece), as would every pytest-xdist
@@ -35,20 +37,33 @@ def shared_configs() -> Path:
 
 
 def run_cli(*args: str, module: str = "param_compute.cli.run_benchmark", timeout: int = 300,
-            cwd: Path = None, isolated: bool = False) -> subprocess.CompletedProcess:
+            cwd: Path = None, forked: bool = False) -> subprocess.CompletedProcess:
     """Run a command-line module's ``main(argv)``; never shows a progress bar.
 
     In this process by default (a fresh interpreter costs seconds of torch import per call and
-    proves nothing more); ``isolated=True`` starts a real one, for what only a process can show
-    (signals, exit at start-up, environment).
+    proves nothing more); ``forked=True`` runs it as a real process of its own (``start_cli``),
+    for what only a process can show: a crash, a signal, an exit status.
     """
+    argv = _cli_argv(module, args)
+    if forked:
+        process = ZYGOTE.start(argv, module=module, cwd=cwd)
+        stdout, stderr = process.communicate(timeout)
+        return subprocess.CompletedProcess([module, *argv], process.returncode, stdout, stderr)
+    return _run_in_process(module, argv, cwd)
+
+
+def start_cli(*args: str, module: str = "param_compute.cli.run_benchmark", cwd: Path = None,
+              env=None) -> Forked:
+    """Start ``python -m module args`` as a real process (forked from the pre-imported zygote,
+    see ``zygote.py``), without a progress bar; a ``Popen``-like handle."""
+    return ZYGOTE.start(_cli_argv(module, args), module=module, cwd=cwd, env=env)
+
+
+def _cli_argv(module: str, args) -> list:
     argv = [str(a) for a in args]
     if module == "param_compute.cli.run_benchmark" and "--no-progress" not in argv:
         argv.append("--no-progress")
-    if isolated:
-        return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True,
-                              text=True, timeout=timeout, cwd=cwd)
-    return _run_in_process(module, argv, cwd)
+    return argv
 
 
 def _run_in_process(module: str, argv, cwd) -> subprocess.CompletedProcess:

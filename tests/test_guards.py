@@ -169,6 +169,74 @@ def test_unsafe_reason_reads_names_and_flags():
     assert unsafe_reason("torch.add", {"kwargs": {"unsafe": flag}}) is None
 
 
+def _pool_backward(indices, grad=(1, 2, 2, 2), pooled=(1, 2, 4, 4), by_name=False):
+    ints = {"type": "genericlist", "value": [{"type": "int", "value": 2}] * 2}
+    args = [tensor(*grad), tensor(*pooled), ints, ints,
+            {"type": "genericlist", "value": [{"type": "int", "value": 0}] * 2},
+            {"type": "genericlist", "value": [{"type": "int", "value": 1}] * 2},
+            {"type": "bool", "value": False}, indices]
+    if by_name:
+        return {"args": args[:7], "kwargs": {"indices": indices}}
+    return {"args": args}
+
+
+@pytest.mark.parametrize("indices, grad, pooled, safe", [
+    (tensor(1, 2, 2, 2, dtype="long", value_range=[0, 15]), (1, 2, 2, 2), (1, 2, 4, 4), True),
+    (tensor(1, 2, 2, 2, dtype="long", value_range=[3, 3]), (1, 2, 2, 2), (1, 2, 4, 4), True),
+    (tensor(2, 2, 2, dtype="long", value_range=[0, 15]), (2, 2, 2), (2, 4, 4), True),
+    # one past the plane, a negative index, no range (the generator's -10..9), not long
+    (tensor(1, 2, 2, 2, dtype="long", value_range=[0, 16]), (1, 2, 2, 2), (1, 2, 4, 4), False),
+    (tensor(1, 2, 2, 2, dtype="long", value_range=[-1, 3]), (1, 2, 2, 2), (1, 2, 4, 4), False),
+    (tensor(1, 2, 2, 2, dtype="long"), (1, 2, 2, 2), (1, 2, 4, 4), False),
+    (tensor(1, 2, 2, 2, dtype="int", value_range=[0, 15]), (1, 2, 2, 2), (1, 2, 4, 4), False),
+    # indices shaped unlike grad_output; more channels than the input; a 1-d input
+    (tensor(1, 2, 2, 1, dtype="long", value_range=[0, 15]), (1, 2, 2, 2), (1, 2, 4, 4), False),
+    (tensor(1, 3, 2, 2, dtype="long", value_range=[0, 15]), (1, 3, 2, 2), (1, 2, 4, 4), False),
+    (tensor(4, dtype="long", value_range=[0, 3]), (4,), (16,), False),
+])
+def test_pool_backward_with_indices_inside_the_plane_is_proved_safe(indices, grad, pooled, safe):
+    from param_compute.operators.unsafe import unsafe_reason
+
+    default = "PyTorch:DefaultDataGenerator"
+    for by_name in (False, True):
+        config = _pool_backward(indices, grad, pooled, by_name)
+        for name in ("aten::max_pool2d_with_indices_backward",
+                     "aten::max_pool2d_with_indices_backward.grad_input"):
+            assert (unsafe_reason(name, config, default) is None) == safe
+        # only the default generator's ranges are known to bound what it draws
+        assert unsafe_reason("aten::max_pool2d_with_indices_backward", config,
+                             "MyPlugin:Generator") is not None
+        assert unsafe_reason("aten::max_pool2d_with_indices_backward", config) is not None
+    adaptive = {"args": [tensor(*grad), tensor(*pooled), indices]}
+    assert (unsafe_reason("aten::adaptive_max_pool2d_backward", adaptive, default) is None) \
+        == safe
+    assert unsafe_reason("aten::_segment_reduce_backward", adaptive, default) is not None
+
+
+@pytest.mark.parametrize("high, safe", [(63, True), (64, False)])
+def test_a_3d_pool_s_plane_is_depth_times_height_times_width(high, safe):
+    from param_compute.operators.unsafe import unsafe_reason
+
+    indices = tensor(1, 2, 2, 2, 2, dtype="long", value_range=[0, high])
+    config = {"args": [tensor(1, 2, 2, 2, 2), tensor(1, 2, 4, 4, 4), indices]}
+    assert (unsafe_reason("aten::adaptive_max_pool3d_backward", config,
+                          "PyTorch:DefaultDataGenerator") is None) == safe
+
+
+def test_a_pool_backward_proved_in_bounds_runs_in_process(tmp_path):
+    """What a capture writes for a CNN's max-pool backward runs like any op: no worker."""
+    indices = tensor(1, 2, 2, 2, dtype="long", value_range=[0, 15])
+    spec = {"aten::max_pool2d_with_indices_backward": {
+        "input_data_generator": "PyTorch:DefaultDataGenerator",
+        "config": [{"input": [_pool_backward(indices)]}]}}
+    out = tmp_path / "r.json"
+    result = run_cli("-c", write_spec(tmp_path, spec), "--output", out, "-i", "2", "-w", "0")
+    assert result.returncode == 0, result.stderr
+    assert "isolated worker" not in result.stderr
+    _, [run], _ = read_results(out)
+    assert run["status"] == "ok" and len(run["metric"]["forward"]["measure.time"]) == 2
+
+
 def test_thread_count_beyond_the_machine_and_non_finite_timeout_are_refused(tmp_path):
     from param_compute.runtime.options import max_threads
 

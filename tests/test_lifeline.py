@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import param_compute
-from conftest import read_results, run_cli, simple_op, tensor, write_spec
+from conftest import read_results, run_cli, simple_op, start_cli, tensor, write_spec
 from param_compute.runtime import lifeline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
@@ -68,10 +68,8 @@ def test_isolated_worker_dies_with_a_killed_parent(tmp_path):
     plugins.mkdir()
     (plugins / "hang.py").write_text(HANG)
     spec = write_spec(tmp_path, simple_op("test.busy_hang", {"type": "int", "value": 1}))
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "param_compute.cli.run_benchmark", "--no-progress", "-c", spec,
-         "--workloads-dir", plugins, "--isolate", "--output", tmp_path / "r.json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = start_cli("-c", spec, "--workloads-dir", plugins, "--isolate", "--output",
+                       tmp_path / "r.json")
     try:
         deadline = time.monotonic() + 120
         workers = []
@@ -199,10 +197,8 @@ def test_profiler_and_profiled_child_die_with_a_killed_run(tmp_path, monkeypatch
                FAKE_PROFILER_RECORD=str(tmp_path / "calls.jsonl"), TMPDIR=str(temp))
     env.pop("FAKE_PROFILER_FAIL", None)
     env.pop(lifeline.PARENT_PID_ENV, None)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "param_compute.cli.run_benchmark", "--no-progress", "-c", spec,
-         "--workloads-dir", plugins, "--ncu", "-i", "1", "--output", tmp_path / "r.json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    run = start_cli("-c", spec, "--workloads-dir", plugins, "--ncu", "-i", "1", "--output",
+                    tmp_path / "r.json", env=env)
     try:
         deadline = time.monotonic() + 120
         tree = []
@@ -250,7 +246,7 @@ def test_resume_without_isolate_skips_and_records_the_config_that_crashed(tmp_pa
                                  **simple_op("torch.abs", tensor(4))})
     out = tmp_path / "r.json"
     arguments = ("-c", spec, "--workloads-dir", plugins, "--output", out, "-i", "1", "--resume")
-    crashed = run_cli(*arguments, isolated=True)
+    crashed = run_cli(*arguments, forked=True)
     assert crashed.returncode == -signal.SIGSEGV
     assert (tmp_path / "r.json.running").exists()
     resumed = run_cli(*arguments)
@@ -293,10 +289,7 @@ def test_any_number_of_signals_writes_exactly_one_finish_line(tmp_path):
     rng = random.Random(7)
     for attempt in range(3):
         out = tmp_path / f"r{attempt}.json"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "param_compute.cli.run_benchmark", "--no-progress", "-c",
-             spec_path, "--output", out, "-i", "100"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        process = start_cli("-c", spec_path, "--output", out, "-i", "100")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (
                 not out.exists() or out.read_text().count("\n") < 3 + attempt * 5):

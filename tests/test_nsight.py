@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 import param_compute
-from conftest import run_cli, simple_op, tensor, write_spec
+from conftest import ZYGOTE, run_cli, simple_op, tensor, write_spec
 from param_compute.profiling import ranges as annotations
 from param_compute.profiling.ranges import NCU_ITERATION_FILTER, iteration_range_name
 from param_compute.results.sinks.base import RunSummary
@@ -51,8 +51,9 @@ def fakes(tmp_path):
     install_fake(bin_dir, "ncu")
     install_fake(bin_dir, "nsys")
     record = tmp_path / "profiler_calls.jsonl"
+    # The profiled children they start are forked from the tests' pre-imported zygote.
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               FAKE_PROFILER_RECORD=str(record))
+               FAKE_PROFILER_RECORD=str(record), FAKE_PROFILER_ZYGOTE=ZYGOTE.address)
     env.pop("FAKE_PROFILER_FAIL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     # Tests of what is batched and recorded leave the child unstarted (its two seconds of torch

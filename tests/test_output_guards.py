@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_results, run_cli, tensor, write_spec
+from conftest import read_results, run_cli, start_cli, tensor, write_spec
 from param_compute.results.outputs import lock_results
 
 
@@ -187,15 +187,11 @@ def test_a_concurrent_resume_of_a_running_file_is_refused(tmp_path):
     """Two processes: while one writes the results, a resume of the same file exits 2 and the
     first run's file ends with each id once."""
     import signal
-    import subprocess
-    import sys
     import time
 
     spec = _range_spec(tmp_path, 5000)
     out = tmp_path / "r.json"
-    first = subprocess.Popen([sys.executable, "-m", "param_compute.cli.run_benchmark",
-                              "--no-progress", "-c", spec, "--output", out, "-i", "2000"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = start_cli("-c", spec, "--output", out, "-i", "2000")
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or

@@ -6,13 +6,11 @@ import io
 import json
 import logging
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO, EXAMPLES, tensor
+from conftest import REPO, EXAMPLES, ZYGOTE, tensor
 from param_compute.lib import __version__
 from param_compute.lib import pytorch as lib_pytorch
 from param_compute.lib.config import BenchmarkConfig, OperatorConfig, make_op_config
@@ -48,10 +46,10 @@ def test_param_s_run_op_runs_with_only_its_imports_rewritten(tmp_path):
                if a != b]
     assert changed and all(a.startswith("from ...") and b.startswith("from param_compute.")
                            for a, b in changed)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout.split("### Benchmark Results ###")[1]
+    done = ZYGOTE.start([], script=script, cwd=tmp_path)  # ``python run_op.py``, pre-imported
+    stdout, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    out = stdout.split("### Benchmark Results ###")[1]
     assert re.findall(r"^pass: (\w+)$", out, flags=re.M) == ["forward", "backward"]
     times = [float(t) for t in re.findall(r"^measure\.time \[([0-9.e-]+)\]$", out, flags=re.M)]
     assert len(times) == 2 and all(t > 0 for t in times)

@@ -20,7 +20,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 from unittest import mock
 
 import pytest
@@ -142,25 +142,31 @@ DTYPES = ["float", "double", "half", "bfloat16", "int", "long", "bool", "int8", 
           "complex64", "flaot"]
 
 
-def _attr_value(attr: str):
-    small = st.one_of([st.integers(0, 8)] * 8 + [st.integers(-2, -1), HOSTILE_INTS])
-    dims = st.lists(small | st.lists(small, min_size=2, max_size=3), max_size=4)
-    choices = {
+# Strategies are built once, here, not inside the composite strategies: hypothesis then spends
+# its time drawing examples rather than constructing (and cache-looking-up) strategies per draw.
+_SMALL = st.one_of([st.integers(0, 8)] * 8 + [st.integers(-2, -1), HOSTILE_INTS])
+_DIMS = st.lists(_SMALL | st.lists(_SMALL, min_size=2, max_size=3), max_size=4)
+_JSON_VALUES = json_values()
+_ANY_JSON_VALUES = json_values(text=ANY_TEXT, keys=ANY_TEXT)
+_ATTR_VALUES = {
         "type": st.sampled_from(TYPES),
-        "shape": dims | st.lists(dims, min_size=1, max_size=3),
+        "shape": _DIMS | st.lists(_DIMS, min_size=1, max_size=3),
         "dtype": st.sampled_from(DTYPES) | st.lists(st.sampled_from(DTYPES), max_size=3),
-        "value": json_values(),
+        "value": _JSON_VALUES,
         "value_range": st.lists(st.integers(-5, 5) | HOSTILE_FLOATS | HOSTILE_INTS, min_size=0,
                                 max_size=3),
         "requires_grad": st.booleans() | st.lists(st.booleans(), max_size=2),
         "__range__": st.lists(st.sampled_from(ATTRS), max_size=3),
         "__list__": st.lists(st.sampled_from(ATTRS), max_size=3),
         "__copy__": st.lists(st.dictionaries(st.sampled_from(["shape", "value", "dtype"]),
-                                             st.tuples(small, st.tuples(small, small))
+                                             st.tuples(_SMALL, st.tuples(_SMALL, _SMALL))
                                              .map(lambda t: [t[0], list(t[1])]),
                                              max_size=2), max_size=2),
-    }
-    return choices.get(attr, json_values())
+}
+
+
+def _attr_value(attr: str):
+    return _ATTR_VALUES.get(attr, _JSON_VALUES)
 
 
 #: The keys each type needs, so that most generated data specs get past the schema and reach the
@@ -183,62 +189,81 @@ PLAUSIBLE_VALUES["long"] = PLAUSIBLE_VALUES["int"]
 PLAUSIBLE_VALUES["double"] = PLAUSIBLE_VALUES["float"]
 
 
+#: ``ONE_IN[n]`` draws 0 with chance 1/n.
+ONE_IN = {n: st.integers(0, n - 1) for n in (3, 4, 6, 10, 20)}
+_TYPE = st.sampled_from(TYPES)
+_SHAPE = st.lists(st.integers(0, 6) | st.lists(st.integers(-1, 8), min_size=2, max_size=3)
+                  | st.just(-1), max_size=3)
+_DTYPE = st.sampled_from(DTYPES)
+_ITERATOR = st.sampled_from(ITERATORS)
+_EXTRA_KEYS = st.lists(st.sampled_from(ATTRS), max_size=2, unique=True) | st.just([])
+_MACRO_NAMES = st.lists(st.sampled_from(["value", "shape", "dtype", "requires_grad"]),
+                        min_size=1, max_size=2, unique=True)
+#: ``_NESTED[depth]``: the items of a list-typed data spec at that depth (filled below).
+_NESTED: Dict[int, Any] = {}
+
+
 @st.composite
 def data_specs(draw, depth: int = 0):
-    arg_type = draw(st.sampled_from(TYPES))
+    arg_type = draw(_TYPE)
     spec = {"type": arg_type}
     for key in REQUIRED.get(arg_type, ()):
         if arg_type in ("genericlist", "tuple"):
-            spec[key] = draw(st.lists(data_specs(depth + 1), max_size=3)) if depth < 3 else []
+            spec[key] = draw(_NESTED[depth + 1]) if depth < 3 else []
         elif arg_type == "tensor" and key == "shape":
-            dim = st.integers(0, 6) | st.lists(st.integers(-1, 8), min_size=2, max_size=3)
-            spec[key] = draw(st.lists(dim | st.just(-1), max_size=3))
+            spec[key] = draw(_SHAPE)
         elif arg_type == "tensor":
-            spec[key] = draw(st.sampled_from(DTYPES))
+            spec[key] = draw(_DTYPE)
         else:
             spec[key] = draw(PLAUSIBLE_VALUES[arg_type])
-    for key in draw(st.lists(st.sampled_from(ATTRS), max_size=2, unique=True)
-                    | st.just([])):
-        if key in ("__range__", "__list__"):
-            spec[key] = draw(st.lists(st.sampled_from(["value", "shape", "dtype",
-                                                       "requires_grad"]),
-                                      min_size=1, max_size=2, unique=True))
-        else:
-            spec[key] = draw(_attr_value(key))
-    if draw(st.integers(0, 19)) == 0:
+    for key in draw(_EXTRA_KEYS):
+        spec[key] = draw(_MACRO_NAMES if key in ("__range__", "__list__") else _attr_value(key))
+    if draw(ONE_IN[20]) == 0:
         del spec["type"]
     return spec
+
+
+_NESTED.update({depth: st.lists(data_specs(depth), max_size=3) for depth in (1, 2, 3)})
+_ARGS = st.lists(data_specs(), max_size=3)
+_KWARGS = st.dictionaries(st.sampled_from(["alpha", "dim", "out", "x", ""]), data_specs(),
+                          max_size=2)
+_ODD_KEY = st.sampled_from(["count", "count", "type", "Args"])
+_ODD_VALUE = st.integers(1, 3) | json_scalars()
 
 
 @st.composite
 def arg_spec_lists(draw):
     asl = {}
-    if draw(st.integers(0, 3)):
-        asl["args"] = draw(st.lists(data_specs(), max_size=3))
+    if draw(ONE_IN[4]):
+        asl["args"] = draw(_ARGS)
     if draw(st.booleans()):
-        asl["kwargs"] = draw(st.dictionaries(st.sampled_from(["alpha", "dim", "out", "x", ""]),
-                                             data_specs(), max_size=2))
-    if draw(st.integers(0, 9)) == 0:
-        asl[draw(st.sampled_from(["count", "count", "type", "Args"]))] = draw(
-            st.integers(1, 3) | json_scalars())
+        asl["kwargs"] = draw(_KWARGS)
+    if draw(ONE_IN[10]) == 0:
+        asl[draw(_ODD_KEY)] = draw(_ODD_VALUE)
     return asl
+
+
+_OP_NAMES = st.lists(NAMES, min_size=1, max_size=3, unique=True)
+_ENTRIES = st.sampled_from([1, 1, 1, 2, 0])
+_INPUTS = st.lists(arg_spec_lists(), min_size=1, max_size=3)
+_BUILDS = st.none() | st.lists(arg_spec_lists(), max_size=2)
 
 
 @st.composite
 def spec_shaped(draw):
     spec = {}
-    for name in draw(st.lists(NAMES, min_size=1, max_size=3, unique=True)):
+    for name in draw(_OP_NAMES):
         op = {}
         for key in ("input_iterator", "build_iterator"):
             if draw(st.booleans()):
-                op[key] = draw(st.sampled_from(ITERATORS))
+                op[key] = draw(_ITERATOR)
         if draw(st.booleans()):
             op["input_data_generator"] = "PyTorch:DefaultDataGenerator"
         entries = []
-        for _ in range(draw(st.sampled_from([1, 1, 1, 2, 0]))):
-            entry = {"input": draw(st.lists(arg_spec_lists(), min_size=1, max_size=3))}
-            if draw(st.integers(0, 3)) == 0:
-                entry["build"] = draw(st.none() | st.lists(arg_spec_lists(), max_size=2))
+        for _ in range(draw(_ENTRIES)):
+            entry = {"input": draw(_INPUTS)}
+            if draw(ONE_IN[4]) == 0:
+                entry["build"] = draw(_BUILDS)
             entries.append(entry)
         op["config"] = entries
         spec[name] = op
@@ -275,7 +300,7 @@ def _get(value: Any, path: tuple) -> Any:
 
 def _replacements(node: Any):
     """What a value may be turned into: other types, hostile numbers, wrong nesting, macros."""
-    options = [json_values(text=ANY_TEXT, keys=ANY_TEXT), HOSTILE_INTS, HOSTILE_FLOATS,
+    options = [_ANY_JSON_VALUES, HOSTILE_INTS, HOSTILE_FLOATS,
                st.just([node]), st.just({"value": node}), st.just(str(node)[:50]),
                st.just(None), st.just([]), st.just({})]
     if isinstance(node, bool):

@@ -143,11 +143,13 @@ def _unwrapped(obj: Any) -> List[Any]:
 
 
 @functools.lru_cache(maxsize=None)
-def _refused_module_name(module_name: str) -> bool:
-    """Whether a module of this name is refused (a pure function of the name: asked once per
-    imported module per process, not per toolchain)."""
+def _refused_module_name(module_name: str, outside_torch: bool = False) -> bool:
+    """Whether a module of this name is refused (with ``outside_torch``: or is not torch's, so a
+    function defined there is refused however it is reached). A pure function of its arguments:
+    asked once per module per process, not per toolchain or per function."""
     return (_in_modules(module_name, REFUSED_MODULES)
-            or _in_modules(module_name, _REFUSED_OUTSIDE_TORCH))
+            or _in_modules(module_name, _REFUSED_OUTSIDE_TORCH)
+            or (outside_torch and not _in_modules(module_name, ("torch",))))
 
 
 def refused_objects() -> Dict[int, Tuple[Any, str]]:
@@ -165,10 +167,7 @@ def refused_objects() -> Dict[int, Tuple[Any, str]]:
         for name, obj in list(vars(module).items()):
             if not _is_function(obj):
                 continue
-            defined = _defined_in(obj) or module_name
-            if (_in_modules(defined, REFUSED_MODULES)
-                    or _in_modules(defined, _REFUSED_OUTSIDE_TORCH)
-                    or not _in_modules(defined, ("torch",))):
+            if _refused_module_name(_defined_in(obj) or module_name, True):
                 refused.setdefault(id(obj), (obj, f"{module_name}.{name}"))
     return refused
 

@@ -158,7 +158,8 @@ class Engine:
                              error=RunError("CrashedBefore", self.refused[run.key], "run"))
         for hook in self._before_execute:
             hook(run)
-        reason = None if self.options.isolate else unsafe_reason(run.op_name, run.input)
+        reason = None if self.options.isolate else unsafe_reason(
+            run.op_name, run.input, self.spec.operators[run.op_index].input_data_generator)
         if reason is None:
             return executor.execute(run)
         log.warning("%s: %s: measured in an isolated worker", run.key, reason)
