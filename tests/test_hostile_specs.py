@@ -21,7 +21,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 import types
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Dict, NamedTuple
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import ZYGOTE, run_cli
 from param_compute.spec import limits as spec_loader_limits
 from param_compute.spec import loader as spec_loader
 from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
@@ -504,10 +503,12 @@ def test_lookups_import_nothing_and_call_nothing(tmp_path):
               "new = {m for m in set(sys.modules) - before if m.startswith(('torch.onnx', "
               "'torch._dynamo', 'torch._inductor', 'torch._export'))}\n"
               "print(sorted(new))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["5", "[]"], (done.stdout, done.stderr)
+    (tmp_path / "lookups.py").write_text(script)
+    # A process of its own (forked, torch imported), for its own sys.modules and warning filters.
+    done = ZYGOTE.start([], script=tmp_path / "lookups.py")
+    stdout, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    assert stdout.split() == ["5", "[]"], (stdout, stderr)
 
 
 # --- the command line -----------------------------------------------------------------------

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 import param_compute
-from conftest import read_results, run_cli, simple_op, tensor, write_spec
+from conftest import ZYGOTE, read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.errors import OptionsError
 from param_compute.results.merge import main as merge_main
 from param_compute.plan.runkey import id_order
@@ -154,11 +152,13 @@ def test_merge_refuses_what_does_not_fit(sharded, tmp_path, capsys):
 
 def test_torchrun_two_processes_shard_and_merge(shared_configs, tmp_path):
     spec = shared_configs / "simple_add_range.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", "-m", "param_compute.cli.run_benchmark", "-c", str(spec),
-               "-w", "0", "-i", "1", "--output", str(tmp_path / "out.json"), "--no-progress"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # torchrun itself is forked from the tests' zygote; the two ranks it starts are fresh.
+    torchrun = ZYGOTE.start(["--standalone", "--nproc-per-node", "2", "-m",
+                             "param_compute.cli.run_benchmark", "-c", spec, "-w", "0", "-i", "1",
+                             "--output", tmp_path / "out.json", "--no-progress"],
+                            module="torch.distributed.run")
+    _, stderr = torchrun.communicate(timeout=300)
+    assert torchrun.returncode == 0, stderr[-3000:]
     shards = [tmp_path / f"out.shard{i}of2.json" for i in (0, 1)]
     counts = []
     for index, path in enumerate(shards):
