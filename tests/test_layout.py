@@ -143,6 +143,30 @@ def test_no_import_cycles():
     assert not found, "import cycles (function-level imports included):\n  " + "\n  ".join(found)
 
 
+def _stage(module: str) -> str:
+    """The subpackage a module belongs to (``param_compute.runtime.engine`` -> ``runtime``), or
+    the module itself for the shared leaves and entry modules at the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_stages_never_reach_back_up():
+    """Between subpackages the imports form no cycle either: a stage uses the ones before it
+    (and the shared leaves), never one after it. ``python -m`` entry modules (``__main__``) are
+    front doors into ``cli``, not part of their package's code."""
+    graph: Dict[str, Set[str]] = {}
+    for module, imported in import_graph().items():
+        if module.endswith(".__main__"):
+            continue
+        stage = _stage(module)
+        graph.setdefault(stage, set()).update(
+            _stage(other) for other in imported if _stage(other) != stage)
+    found = [_cycle_path(graph, component) for component in cycles(graph)]
+    assert not found, "stages importing each other:\n  " + "\n  ".join(found)
+    assert "runtime" not in graph["results"] | graph["plugins"] | graph["spec"]
+    assert "profiling" not in graph["runtime"] and "plan" not in graph["plugins"]
+
+
 def _python(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
                           capture_output=True, text=True, timeout=300)

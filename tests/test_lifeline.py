@@ -15,7 +15,7 @@ import pytest
 
 import param_compute
 from conftest import read_results, run_cli, simple_op, start_cli, tensor, write_spec
-from param_compute.runtime import lifeline
+from param_compute.process import lifeline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 
@@ -96,10 +96,10 @@ def test_die_with_parent_and_watch_parent_end_a_child(tmp_path):
     script = textwrap.dedent(f"""
         import os, subprocess, sys, time
         sys.path.insert(0, {str(Path(param_compute.__file__).parents[1])!r})
-        from param_compute.runtime import lifeline
+        from param_compute.process import lifeline
         child = subprocess.Popen([sys.executable, "-c",
             "import sys, time; sys.path.insert(0, %r);"
-            "from param_compute.runtime import lifeline;"
+            "from param_compute.process import lifeline;"
             "lifeline.watch_parent(interval_s=0.1); time.sleep(60)" % sys.path[0]],
             env=dict(os.environ, {lifeline.PARENT_PID_ENV}=str(os.getpid())))
         tied = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],

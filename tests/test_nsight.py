@@ -18,8 +18,8 @@ import pytest
 
 import param_compute
 from conftest import ZYGOTE, run_cli, simple_op, tensor, write_spec
-from param_compute.profiling import ranges as annotations
-from param_compute.profiling.ranges import NCU_ITERATION_FILTER, iteration_range_name
+from param_compute.runtime import ranges as annotations
+from param_compute.runtime.ranges import NCU_ITERATION_FILTER, iteration_range_name
 from param_compute.results.sinks.base import RunSummary
 from param_compute.errors import OptionsError
 from param_compute.plan.runplan import PlannedRun
@@ -273,7 +273,7 @@ def test_batch_queue_in_process(monkeypatch):
 
 
 def test_interrupted_batch_is_recorded_and_the_summary_still_written(tmp_path, monkeypatch):
-    from param_compute.runtime.signals import Interrupted
+    from param_compute.process.signals import Interrupted
 
     def interrupted(self, command, prefix):
         raise Interrupted(2)

@@ -146,7 +146,7 @@ class _Declaring:
     def end_runs(self, summary):
         self.writer.write_line({"note": "end"})
         if self.interrupt_at_end:
-            from param_compute.runtime.signals import Interrupted
+            from param_compute.process.signals import Interrupted
 
             raise Interrupted(15)
 

@@ -223,7 +223,7 @@ def test_signals_finish_the_line_and_write_an_interrupted_finish_record(tmp_path
 def test_a_signal_inside_nested_critical_sections_is_raised_when_the_outermost_ends():
     """The guard's sections hold a signal until the outermost one ends, then raise it (after a
     body that raised, chained to the body's error); later signals are counted and dropped."""
-    from param_compute.runtime.signals import Interrupted, SignalGuard
+    from param_compute.process.signals import Interrupted, SignalGuard
 
     guard = SignalGuard()
     done = []

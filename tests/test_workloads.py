@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from param_compute.plugins.loading import load_plugins
 from param_compute.plugins.registry import Registries, filling
+from param_compute.runtime.toolchain import Toolchain
 from param_compute.workloads.pytorch import alex_net, native_basic_ops, resnet
 from param_compute.workloads.pytorch import split_table_batched_embeddings_ops as tbe
 
-REGISTRIES = load_plugins()  # one toolchain's registries, as the engine gets them
+REGISTRIES = Toolchain.start().registries  # one toolchain's, as the engine gets them
 
 SHARED_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "param-configs"
 TBE = "SplitTableBatchedEmbeddingBagsCodegen"

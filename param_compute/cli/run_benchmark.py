@@ -20,7 +20,7 @@ from typing import Any, List, Optional
 
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 from param_compute.runtime.options import RunOptions
-from param_compute.runtime.signals import Interrupted
+from param_compute.process.signals import Interrupted
 from param_compute.runtime.timing import ExecMode
 
 log = logging.getLogger("param_compute")
@@ -229,7 +229,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from param_compute.runtime.engine import Engine
     from param_compute.runtime.toolchain import Toolchain
     from param_compute.plan.sharding import plan_shard, resolve_shard
-    from param_compute.runtime.signals import GUARD
+    from param_compute.process.signals import GUARD
     from param_compute.runtime.sysinfo import sys_info
     from param_compute.results.sinks.jsonl import JsonlResultWriter
     from param_compute.results.records import add_param_header_keys

@@ -19,6 +19,8 @@ from __future__ import annotations
 from math import prod
 from typing import Any, Dict, List, Optional
 
+from param_compute.spec.model import DEFAULT_DATA_GENERATORS
+
 #: aten base names (also reached as ``torch.X``) that never check their index inputs.
 UNCHECKED_INDICES = frozenset({
     "max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
@@ -34,8 +36,6 @@ POOL_INDICES = {
     "adaptive_max_pool3d_backward": (0, 1, 2, 3),
 }
 _NAMES = ("grad_output", "self", "indices")
-#: The generator whose ``value_range`` for an integer tensor bounds every value it draws.
-DEFAULT_GENERATORS = frozenset({"PyTorch:DefaultDataGenerator", "PyTorch::DefaultDataGenerator"})
 #: Operators whose checks an argument turns off: base name -> (keyword, positional index).
 UNSAFE_FLAGS = {"segment_reduce": ("unsafe", 6)}
 
@@ -59,7 +59,7 @@ def unsafe_reason(op_name: str, config: Optional[Dict[str, Any]],
     proof holds only for the default generator, whose ranges are known)."""
     base = base_name(op_name)
     if base in UNCHECKED_INDICES:
-        if base in POOL_INDICES and data_generator in DEFAULT_GENERATORS and \
+        if base in POOL_INDICES and data_generator in DEFAULT_DATA_GENERATORS and \
                 _pool_indices_in_bounds(POOL_INDICES[base], config):
             return None
         return f"{base} does not check its indices (out-of-bounds reads segfault)"

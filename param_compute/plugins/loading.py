@@ -1,6 +1,7 @@
 """Plugin loading: fill one toolchain's registries from built-ins, entry points and folders.
 
-In order: the built-in config iterators and data generator, the built-in workloads
+In order: the built-in config iterators and data generators (given by the toolchain), the
+built-in workloads
 (``param_compute.workloads``), the registrations a script made before (outside any toolchain),
 the ``param_compute.workloads`` entry-point group, and every ``.py`` file of each
 ``--workloads-dir``. Python imports a module once per process: the first toolchain to load a
@@ -21,9 +22,9 @@ import logging
 import pkgutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from types import MappingProxyType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from param_compute.plan.iterators import BUILTIN_ITERATORS
 from param_compute.plugins.param_layout import folder_package, import_file, init_folder_package
 from param_compute.plugins.registry import (Registration, Registries, filling,
                                             process_registrations, recording,
@@ -32,19 +33,10 @@ from param_compute.plugins.registry import (Registration, Registries, filling,
 
 log = logging.getLogger("param_compute")
 
-DEFAULT_DATA_GENERATORS = ("PyTorch:DefaultDataGenerator", "PyTorch::DefaultDataGenerator")
-
 #: Source (module, entry point or file) -> the registrations its import made, for replay.
 _SOURCES: Dict[str, List[Registration]] = {}
 #: (source, replaced names) already warned about: said once per process, not per toolchain.
 _WARNED: Set[Tuple[str, Tuple[str, ...]]] = set()
-
-
-def _default_data_generator():
-    """``PyTorch:DefaultDataGenerator``, imported (with torch) only when data are generated."""
-    from param_compute.runtime.data import DefaultDataGenerator
-
-    return DefaultDataGenerator()
 
 
 def _guarded(registries: Registries, source: str, action: Callable[[], Any]) -> bool:
@@ -183,17 +175,19 @@ def load_workloads_dir(registries: Registries, directory: Path) -> None:
                          lambda p=path: import_file(directory, package, p))
 
 
-def load_plugins(registries: Optional[Registries] = None,
-                 workloads_dirs: Sequence[Path] = ()) -> Registries:
-    """Fill ``registries`` (new ones when not given) from every plugin source, in order."""
-    registries = Registries() if registries is None else registries
+def load_plugins(registries: Registries, workloads_dirs: Sequence[Path] = (),
+                 iterators: Mapping[str, type] = MappingProxyType({}),
+                 data_generators: Mapping[str, Callable[[], Any]] = MappingProxyType({})
+                 ) -> Registries:
+    """Fill ``registries`` from every plugin source, in order, starting with the built-in
+    ``iterators`` and ``data_generators`` the caller (the toolchain) gives."""
     with filling(registries):
         registries.loading_builtins = True
         try:
-            for name, iterator in BUILTIN_ITERATORS.items():
+            for name, iterator in iterators.items():
                 register_config_iterator(name, iterator)
-            for name in DEFAULT_DATA_GENERATORS:
-                register_data_generator(name, _default_data_generator)
+            for name, generator in data_generators.items():
+                register_data_generator(name, generator)
             _load_builtin_workloads(registries)
             _guarded(registries, "built-in workloads imported before start-up",
                      lambda: replay(process_registrations(builtin=True), registries))

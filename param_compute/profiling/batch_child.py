@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 from param_compute.plan.runplan import PlannedRun
 from param_compute.profiling.nsight import BATCH_FORMAT
-from param_compute.runtime.lifeline import watch_parent
+from param_compute.process.lifeline import watch_parent
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")

@@ -48,10 +48,10 @@ from param_compute.profiling.nsight import (BATCH_FORMAT, PROFILERS, BatchSettin
                                             child_options)
 from param_compute.results.records import STATUS_OK, RunRecord
 from param_compute.results.sinks.base import RunSummary
-from param_compute.runtime.lifeline import (PARENT_PID_ENV, die_with_parent, private_directory,
+from param_compute.process.lifeline import (PARENT_PID_ENV, die_with_parent, private_directory,
                                             remove_stale_directories)
 from param_compute.runtime.options import RunOptions
-from param_compute.runtime.signals import Interrupted, exit_description
+from param_compute.process.signals import Interrupted, exit_description
 
 log = logging.getLogger("param_compute")
 

@@ -78,7 +78,7 @@ def warm_up_kineto() -> None:
 
 def _run_key(range_name: str) -> Optional[str]:
     """``param_compute|OP|CFG|BUILD|INPUT[|phase|pass]`` -> ``OP|CFG|BUILD|INPUT``."""
-    from param_compute.profiling.ranges import parse_range_name
+    from param_compute.runtime.ranges import parse_range_name
 
     parsed = parse_range_name(range_name)
     return None if parsed is None else parsed[0].text

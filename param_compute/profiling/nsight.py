@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from param_compute.errors import OptionsError
-from param_compute.profiling.ranges import NCU_ITERATION_FILTER
+from param_compute.runtime.ranges import NCU_ITERATION_FILTER
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")

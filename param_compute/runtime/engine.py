@@ -17,7 +17,7 @@ from param_compute.runtime.options import RunOptions
 from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunError,
                                            RunRecord)
 from param_compute.results.sinks.base import RecordSink, RunSummary
-from param_compute.runtime.signals import GUARD, Interrupted
+from param_compute.process.signals import GUARD, Interrupted
 from param_compute.spec.model import BenchmarkSpec
 
 log = logging.getLogger("param_compute")

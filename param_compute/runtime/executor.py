@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from param_compute.profiling.ranges import (Annotator, iteration_range_name, iteration_ranges,
+from param_compute.runtime.ranges import (Annotator, iteration_range_name, iteration_ranges,
                                             phase_range_name, run_range_name)
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators

@@ -27,9 +27,9 @@ from typing import Any, Dict, Optional
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import STATUS_ERROR, RunError, RunRecord
 from param_compute.runtime.context import ExecutionContext
-from param_compute.runtime.lifeline import die_with_parent
+from param_compute.process.lifeline import die_with_parent
 from param_compute.runtime.options import RunOptions
-from param_compute.runtime.signals import exit_description
+from param_compute.process.signals import exit_description
 
 log = logging.getLogger("param_compute")
 

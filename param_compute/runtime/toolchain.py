@@ -12,14 +12,22 @@ from pathlib import Path
 from typing import Any, Sequence, Tuple, Union
 
 from param_compute.errors import SpecError
+from param_compute.plan.iterators import BUILTIN_ITERATORS
 from param_compute.plugins.loading import load_plugins
 from param_compute.plugins.registry import Registries
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.options import RunOptions
 from param_compute.spec.limits import nesting_depth_problem
 from param_compute.spec.loader import read_spec_file
-from param_compute.spec.model import BenchmarkSpec
+from param_compute.spec.model import DEFAULT_DATA_GENERATORS, BenchmarkSpec
 from param_compute.spec.semantic import SpecValidator
+
+
+def _default_data_generator():
+    """``PyTorch:DefaultDataGenerator``, imported (with torch) only when data are generated."""
+    from param_compute.runtime.data import DefaultDataGenerator
+
+    return DefaultDataGenerator()
 
 
 @dataclass
@@ -31,7 +39,8 @@ class Toolchain:
 
     @classmethod
     def start(cls, workloads_dirs: Sequence[Path] = ()) -> "Toolchain":
-        registries = load_plugins(Registries(), list(workloads_dirs))
+        registries = load_plugins(Registries(), list(workloads_dirs), BUILTIN_ITERATORS,
+                                  dict.fromkeys(DEFAULT_DATA_GENERATORS, _default_data_generator))
         from param_compute.operators.resolution import OperatorResolver
 
         return cls(registries, OperatorResolver(registries))

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 DEFAULT_DATA_GENERATOR = "PyTorch:DefaultDataGenerator"
+#: The names the default data generator answers to (PARAM's specs use both spellings).
+DEFAULT_DATA_GENERATORS = (DEFAULT_DATA_GENERATOR, "PyTorch::DefaultDataGenerator")
 
 
 @dataclass(frozen=True)

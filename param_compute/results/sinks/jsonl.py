@@ -13,7 +13,7 @@ from param_compute.results.file import SYNC_ENDS, ResultsFileError, ResultsWrite
 from param_compute.results.records import STATUS_DRY_RUN, RunRecord
 from param_compute.results.resume import ResumeState
 from param_compute.results.sinks.base import RunSummary
-from param_compute.runtime.signals import GUARD
+from param_compute.process.signals import GUARD
 
 
 def now_iso() -> str:

@@ -1,0 +1,1 @@
+"""Process-level facilities any stage may use: signals held around writes, children tied to the run."""
