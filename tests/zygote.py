@@ -69,6 +69,7 @@ def _serve(address: str) -> None:
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
+                    connection.close()
                     _child(request, fds)  # never returns
                 for fd in fds:
                     os.close(fd)
@@ -247,7 +248,10 @@ class Zygote:
 
     def _started(self) -> subprocess.Popen:
         if self._process is None or self._process.poll() is not None:
-            self._folder = Path(tempfile.mkdtemp(prefix="param_compute_zygote_"))
+            # A Unix socket's path has room for about 100 bytes: a long TMPDIR falls back to /tmp.
+            parent = tempfile.gettempdir()
+            self._folder = Path(tempfile.mkdtemp(prefix="param_compute_zygote_",
+                                                 dir=parent if len(parent) < 60 else "/tmp"))
             self._process = subprocess.Popen(
                 [sys.executable, __file__, str(self._folder / "socket")], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, cwd=REPO,
