@@ -23,7 +23,7 @@ STATUS_ERROR = "error"
 STATUS_DRY_RUN = "dry-run"
 
 
-@dataclass
+@dataclass(slots=True)
 class PassResult:
     """Times of one pass (``forward`` or ``backward``) of one run.
 
@@ -72,14 +72,14 @@ class PassResult:
         return rates
 
 
-@dataclass
+@dataclass(slots=True)
 class RunError:
     type: str
     message: str
     phase: str  # "build", "data", "forward", "backward"
 
 
-@dataclass
+@dataclass(slots=True)
 class RunRecord:
     op_name: str
     id: str
@@ -106,8 +106,12 @@ class RunRecord:
         return self._input_field("original_us")
 
     def _input_field(self, key: str) -> Any:
+        return self._input().get(key)
+
+    def _input(self) -> Dict[str, Any]:
+        """The expanded input config (an empty dict when there is none)."""
         config_input = self.config.get("input") if isinstance(self.config, dict) else None
-        return config_input.get(key) if isinstance(config_input, dict) else None
+        return config_input if isinstance(config_input, dict) else {}
 
     @classmethod
     def from_fields(cls, fields: Dict[str, Any]) -> "RunRecord":
@@ -120,8 +124,9 @@ class RunRecord:
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
+        config_input = self._input()
         for key in ("count", "original_us"):  # a captured config's, each looked up once
-            value = self._input_field(key)
+            value = config_input.get(key)
             if value is not None:
                 out[key] = value
         if self.passes:  # an error record keeps the passes measured before the failure

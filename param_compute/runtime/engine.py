@@ -103,12 +103,13 @@ class Engine:
             sink.start(self.total())
         executor = None
         before = [sink.before_run for sink in self.sinks if hasattr(sink, "before_run")]
+        filters = self.run_filters
         try:
             executor = self._executor()
             for run in self.plan():
                 for hook in before:
                     hook(run)
-                if not selector.wants(run) or not all(f(run) for f in self.run_filters):
+                if not selector.wants(run) or (filters and not all(f(run) for f in filters)):
                     summary.skipped += 1
                     self._emit(run, None)
                     if selector.stopped:
