@@ -11,7 +11,7 @@ directory, environment and ``sys.argv``, then runs the module or script as ``pyt
 signals, exit status, children and files.
 
 What only a fresh interpreter shows (start-up, imports, the installed entry points) still starts
-one: ``run_cli(..., isolated=True)``, the packaging and layout tests.
+one: the packaging and layout tests. So do the ``--isolate`` workers the engine starts itself.
 
 Run as a script, this file is the zygote itself. It serves requests on a Unix socket: a JSON
 line, with the new process's stdin, stdout and stderr attached (``SCM_RIGHTS``); the answer is a

@@ -1,12 +1,12 @@
 """Plugin loading: fill one toolchain's registries from built-ins, entry points and folders.
 
-In order: the built-in config iterators and data generators (given by the toolchain), the
-built-in workloads
-(``param_compute.workloads``), the registrations a script made before (outside any toolchain),
-the ``param_compute.workloads`` entry-point group, and every ``.py`` file of each
-``--workloads-dir``. Python imports a module once per process: the first toolchain to load a
-source records its ``register_*`` calls, and every later toolchain replays them into its own
-registries. A source that failed is not recorded, so the next toolchain tries it again.
+In order: the built-in config iterators and data generators (the toolchain gives them), the
+built-in workloads (``param_compute.workloads``), the registrations a script made before
+(outside any toolchain), the ``param_compute.workloads`` entry-point group, and every ``.py``
+file of each ``--workloads-dir``. Python imports a module once per process: the first
+toolchain to load a source records its ``register_*`` calls, and every later toolchain replays
+them into its own registries. A source that failed is not recorded, so the next toolchain tries
+it again.
 
 Folders, and entry-point modules written PARAM's way (``from ...lib.operator import ...``),
 are imported in PARAM's package layout (``param_layout``). A source registering a built-in name

@@ -1,1 +1,1 @@
-"""Process-level facilities any stage may use: signals held around writes, children tied to the run."""
+"""Shared by the stages: signals held around each write, child processes tied to the run."""

@@ -1,1 +1,1 @@
-"""Profiling: NVTX/profiler ranges, torch traces, Nsight batches and their reports."""
+"""Profiling: torch traces, CUPTI counters, Nsight batches and their reports."""

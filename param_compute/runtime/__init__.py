@@ -1,1 +1,1 @@
-"""Stage 3b, running: engine, executor, data, the timing loop, devices and guards."""
+"""Stage 3b, running: engine, executor, data, the timing loop, profiler ranges, devices, guards."""
