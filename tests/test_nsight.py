@@ -31,7 +31,8 @@ from param_compute.results.records import STATUS_ERROR, STATUS_OK, RunError, Run
 from param_compute.profiling import ncu_report, nsys_report
 from param_compute.profiling.profiles import parse_iteration_range
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"
 
 
 def install_fake(directory: Path, tool: str, name: str = None) -> Path:
@@ -53,7 +54,8 @@ def fakes(tmp_path):
     record = tmp_path / "profiler_calls.jsonl"
     # The profiled children they start are forked from the tests' pre-imported zygote.
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               FAKE_PROFILER_RECORD=str(record), FAKE_PROFILER_ZYGOTE=ZYGOTE.address)
+               FAKE_PROFILER_RECORD=str(record),
+               FAKE_PROFILER_ZYGOTE=os.pathsep.join([str(TESTS), ZYGOTE.address]))
     env.pop("FAKE_PROFILER_FAIL", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     # Tests of what is batched and recorded leave the child unstarted (its two seconds of torch

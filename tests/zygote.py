@@ -17,8 +17,8 @@ Run as a script, this file is the zygote itself. It serves requests on a Unix so
 line, with the new process's stdin, stdout and stderr attached (``SCM_RIGHTS``); the answer is a
 line with its pid. When a child ends, the zygote writes its exit status (as ``Popen.returncode``
 reports it) to the request's ``status`` file. The stand-in profilers start their profiled child
-the same way when ``FAKE_PROFILER_ZYGOTE`` names the socket. The zygote ends, killing what it
-started, when its stdin closes: when the test process is done or gone.
+through ``run_module`` when ``FAKE_PROFILER_ZYGOTE`` names this folder and the socket. The zygote
+ends, killing what it started, when its stdin closes: when the test process is done or gone.
 """
 
 from __future__ import annotations
@@ -224,12 +224,25 @@ class Forked:
 
 
 def request_fork(address: str, request: dict, fds) -> int:
-    """Ask the zygote at ``address`` for a process (``fds``: its stdin, stdout, stderr); its pid.
-    (The stand-in profilers in ``fixtures/`` carry a copy of this, for their profiled child.)"""
+    """Ask the zygote at ``address`` for a process (``fds``: its stdin, stdout, stderr); its pid."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(address)
         socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], list(fds))
         return int(connection.makefile("rb").readline())
+
+
+def run_module(address: str, module: str, argv: List[str], env: Dict[str, str]):
+    """``python -m module argv`` forked by the zygote at ``address`` with this process's
+    streams and working directory, waited for: (its exit status, its pid). What the stand-in
+    profilers (``fixtures/``) do with their profiled child."""
+    folder = Path(tempfile.mkdtemp(prefix="param_compute_forked_"))
+    try:
+        request = {"module": module, "script": None, "argv": argv, "cwd": os.getcwd(),
+                   "env": env, "status": str(folder / "status")}
+        process = Forked(request_fork(address, request, [0, 1, 2]), folder, [module, *argv])
+        return process.wait(), process.pid
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class Zygote:
