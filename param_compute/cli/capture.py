@@ -103,16 +103,30 @@ def load_function(target: str) -> Callable[[], object]:
 
 def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                 skip_views: bool = False, source: str = "live capture",
-                allow_namespaces: Sequence[str] = ()):
+                allow_namespaces: Sequence[str] = (), repeats: int = 3):
+    """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
+    (``capture.live_timing``), then capture ``steps`` steps with those times as originals."""
     from param_compute.capture.live import capture_ops
+    from param_compute.capture.live_timing import median, time_ops_in_place, time_step
 
     for _ in range(warmup):
         function()
+    real = time_step(function, max(1, repeats))
+    in_place = time_ops_in_place(function, steps)
     with capture_ops(skip_views=skip_views, source=source,
-                     allow_namespaces=allow_namespaces) as cap:
+                     allow_namespaces=allow_namespaces, originals=in_place) as cap:
         for _ in range(steps):
             function()
-    return cap.workload
+    workload = cap.workload
+    timed = sum(len(v) for v in in_place.values())
+    workload.kineto = {"file": "live timing (unprofiled)",
+                       "joined_by": "each op timed in place (perf_counter_ns around the call, "
+                                   "no profiler), occurrence by occurrence",
+                       "calls": workload.calls, "joined_calls": min(timed, workload.calls),
+                       "real_step_us": round(median(real) * steps, 1),
+                       "real_step_repeats_us": [round(t, 1) for t in real]}
+    workload.step.real_step_us = median(real) * steps
+    return workload
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,80 @@
+"""The original of a live capture, timed honestly: the step unprofiled, each op in place.
+
+``capture --run`` sets the replay beside the step it captured. A profiler's per-call cost
+would inflate that original (a view that takes 2 µs reads 20 to 60 under Kineto), so the step
+is timed twice without one: whole, with nothing attached (``time_step``: the real step's
+wall time), and op by op with a dispatch mode that only reads the clock around each call
+(``time_ops_in_place``: the mode's own Python cost falls outside the timed region, between
+calls). The capture itself then runs once more and takes those times as ``original_us``.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections import defaultdict
+from typing import Any, Callable, Dict, List
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class CallTimer(TorchDispatchMode):
+    """Times each aten call made while active (ns, in order): nothing else is done per call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: List[Any] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        clock = time.perf_counter_ns
+        start = clock()
+        out = func(*args, **(kwargs or {}))
+        self.calls.append((func, clock() - start))
+        return out
+
+
+def time_step(function: Callable[[], object], repeats: int) -> List[float]:
+    """The step's wall time in µs, ``repeats`` times, unprofiled (the collector paused, as
+    the replay pauses it)."""
+    out = []
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            function()
+            out.append((time.perf_counter_ns() - start) / 1e3)
+    finally:
+        if enabled:
+            gc.enable()
+    return out
+
+
+def time_ops_in_place(function: Callable[[], object], steps: int = 1) -> Dict[str, List[float]]:
+    """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order.
+
+    One step runs under the timer first, untimed: the first call of each op under a dispatch
+    mode pays one-time set-up (milliseconds) that the step never pays."""
+    times: Dict[str, List[float]] = defaultdict(list)
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for index in range(steps + 1):
+            timer = CallTimer()
+            with timer:
+                function()
+            if index == 0:
+                continue
+            for func, elapsed in timer.calls:
+                times[str(func)].append(elapsed / 1e3)
+    finally:
+        if enabled:
+            gc.enable()
+    return dict(times)
+
+
+def median(values: List[float]) -> float:
+    return statistics.median(values) if values else 0.0
