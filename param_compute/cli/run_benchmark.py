@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip runs before this op_name|id; it and the runs after it run")
     p.add_argument("-s", "--stop-id", "--stop_id", dest="stop_id",
                    help="stop at this op_name|id: it and everything after are skipped")
+    p.add_argument("--replay-step", action="store_true",
+                   help="also replay the captured step as a whole, in order, outputs fed to "
+                        "their consumers (NAME.step.json beside the spec): the step's time "
+                        "and each config's in-step time go into a step_replay line")
+    p.add_argument("--step", type=Path, metavar="FILE",
+                   help="the step file for --replay-step (implies it)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and expand only: write the planned runs, allocate nothing")
     p.add_argument("--workloads-dir", type=Path, action="append", default=[],
@@ -346,6 +352,11 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     verdicts = Verdicts()  # missed targets and --verify failures decide the exit status too
     sinks.append(verdicts)
+    if args.replay_step or args.step is not None:  # checked now: a bad step file runs nothing
+        from param_compute.runtime.step_session import StepReplaySink
+
+        sinks.append(StepReplaySink.load(args.config, args.step, spec, toolchain, options,
+                                         sinks[0]))
     batches = None
     if nsight is not None:  # writes its batch lines through the results sink (sinks[0])
         batches = BatchProfiler(nsight, spec, options, path, sinks[0], toolchain.workloads_dirs)
