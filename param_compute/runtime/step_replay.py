@@ -283,35 +283,25 @@ class StepReplay:
             return None
         return materialize(spec, self.options.device)
 
-    def run_step(self) -> None:
-        """One step, nothing per call but the dataflow."""
+    def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False) -> None:
+        """One step. ``times``: per call (by index), the host clock's ns around the call, or
+        with ``stamped`` the device clock's stamp after it (``stamps_to_times`` reads them)."""
         values = self.values
-        for call in self.calls:
-            if call.failed is not None:
-                continue
-            for container, key, slot, _, _ in call.fills:
-                container[key] = values[slot]
-            result = call.func(*call.args, **call.kwargs)
-            for path, slot in call.outs:
-                values[slot] = _output(result, path)
-            result = None
-            for slot in call.frees:
-                values[slot] = None
-            for container, key, *_ in call.fills:
-                container[key] = None
-
-    def run_step_timed(self, times: List[int]) -> None:
-        """One step with the host clock read around every call (ns added to ``times``)."""
-        values = self.values
-        clock = time.perf_counter_ns
+        clock = self.clock.stamp if stamped else time.perf_counter_ns
         for index, call in enumerate(self.calls):
             if call.failed is not None:
                 continue
             for container, key, slot, _, _ in call.fills:
                 container[key] = values[slot]
-            start = clock()
-            result = call.func(*call.args, **call.kwargs)
-            times[index] = clock() - start
+            if times is None:
+                result = call.func(*call.args, **call.kwargs)
+            elif stamped:
+                result = call.func(*call.args, **call.kwargs)
+                times[index] = clock()
+            else:
+                start = clock()
+                result = call.func(*call.args, **call.kwargs)
+                times[index] = clock() - start
             for path, slot in call.outs:
                 values[slot] = _output(result, path)
             result = None
@@ -320,31 +310,24 @@ class StepReplay:
             for container, key, *_ in call.fills:
                 container[key] = None
 
-    def run_step_stamped(self, times: List[float]) -> None:
-        """One step with a device clock stamp between calls (CUDA: events), ms per call."""
-        clock, values = self.clock, self.values
-        live = [c for c in self.calls if c.failed is None]
-        if hasattr(clock, "reserve"):
-            clock.reserve(len(live) + 1)
-        marks = [clock.stamp()]
-        for call in live:
-            for container, key, slot, _, _ in call.fills:
-                container[key] = values[slot]
-            result = call.func(*call.args, **call.kwargs)
-            marks.append(clock.stamp())
-            for path, slot in call.outs:
-                values[slot] = _output(result, path)
-            result = None
-            for slot in call.frees:
-                values[slot] = None
-            for container, key, *_ in call.fills:
-                container[key] = None
-        clock.synchronize()
-        at = 0
+    def run_step_timed(self, times: List[Any]) -> None:
+        """One step with each call timed into ``times`` (ns by call index): the host clock
+        around the call on CPU; on a device, its clock stamped between calls (events)."""
+        if getattr(self.clock, "name", "") == "host":
+            self.run_step(times)
+            return
+        if hasattr(self.clock, "reserve"):
+            self.clock.reserve(len(self.calls) + 1)
+        self.clock.synchronize()
+        first = self.clock.stamp()
+        self.run_step(times, stamped=True)
+        self.clock.synchronize()
+        previous = first
         for index, call in enumerate(self.calls):
             if call.failed is None:
-                times[index] = clock.elapsed_ms(marks[at], marks[at + 1]) * 1e6
-                at += 1
+                mark, times[index] = times[index], self.clock.elapsed_ms(previous,
+                                                                         times[index]) * 1e6
+                previous = mark
 
     def time_step(self) -> float:
         """The whole step, ms (device clock)."""
