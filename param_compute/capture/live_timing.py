@@ -36,15 +36,21 @@ class CallTimer(TorchDispatchMode):
 
 def time_step(function: Callable[[], object], repeats: int) -> List[float]:
     """The step's wall time in µs, ``repeats`` times, unprofiled (the collector paused, as
-    the replay pauses it)."""
+    the replay pauses it; on CUDA, synchronized before and after)."""
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() \
+        else (lambda: None)
     out = []
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         for _ in range(repeats):
+            sync()
             start = time.perf_counter_ns()
             function()
+            sync()
             out.append((time.perf_counter_ns() - start) / 1e3)
     finally:
         if enabled:
@@ -52,28 +58,39 @@ def time_step(function: Callable[[], object], repeats: int) -> List[float]:
     return out
 
 
-def time_ops_in_place(function: Callable[[], object], steps: int = 1) -> Dict[str, List[float]]:
-    """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order.
+def time_ops_in_place(function: Callable[[], object], steps: int = 1,
+                      passes: int = 3) -> Dict[str, List[float]]:
+    """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order: per
+    call, the median over ``passes`` timed passes (one preempted call is not the op's time).
 
-    One step runs under the timer first, untimed: the first call of each op under a dispatch
+    One pass runs under the timer first, untimed: the first call of each op under a dispatch
     mode pays one-time set-up (milliseconds) that the step never pays."""
-    times: Dict[str, List[float]] = defaultdict(list)
+    runs: List[Dict[str, List[float]]] = []
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        for index in range(steps + 1):
-            timer = CallTimer()
-            with timer:
-                function()
-            if index == 0:
-                continue
-            for func, elapsed in timer.calls:
-                times[str(func)].append(elapsed / 1e3)
+        for index in range(max(1, passes) + 1):
+            times: Dict[str, List[float]] = defaultdict(list)
+            for _ in range(steps):
+                timer = CallTimer()
+                with timer:
+                    function()
+                for func, elapsed in timer.calls:
+                    times[str(func)].append(elapsed / 1e3)
+            if index:
+                runs.append(times)
     finally:
         if enabled:
             gc.enable()
-    return dict(times)
+    out: Dict[str, List[float]] = {}
+    for name, first in runs[0].items():
+        samples = [run.get(name, []) for run in runs]
+        if all(len(s) == len(first) for s in samples):
+            out[name] = [statistics.median(values) for values in zip(*samples)]
+        else:  # the passes ran different calls: the first pass alone
+            out[name] = first
+    return out
 
 
 def median(values: List[float]) -> float:
