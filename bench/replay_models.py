@@ -200,7 +200,8 @@ def build(name: str, quick: bool, device: str) -> Callable[[], None]:
 
 # -- the protocol ----------------------------------------------------------------------------
 def _child(args: List[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True,
                           text=True)
 
@@ -210,7 +211,7 @@ def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
                   "--num-threads", "1", "-w", str(options.warmup), "-i", str(options.iters),
                   "-d", options.device, "--output", str(results), "--no-progress",
                   "--no-throughput", "--max-memory", "none"])
-    if run.returncode not in (0, 1):
+    if run.returncode not in (0, 1) or not results.exists():
         raise SystemExit(f"run_benchmark failed ({run.returncode}):\n{run.stderr[-3000:]}")
     totals = _child(["param_compute.workload_totals", "--json", str(results)])
     if totals.returncode != 0:

@@ -74,10 +74,11 @@ def _read_bytes(path: Path) -> bytes:
         fd = os.open(path, flags)
     except OSError as exc:
         raise StepFileError(str(path), [Problem((), f"cannot open: {exc.strerror}")]) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise StepFileError(str(path), [Problem((), "not a regular file")])
     with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(stream.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise StepFileError(str(path), [Problem((), "not a regular file")])
         if info.st_size > MAX_STEP_BYTES:
             raise StepFileError(str(path), [Problem((), f"{info.st_size} bytes, over the "
                                                     f"{MAX_STEP_BYTES} byte limit")])

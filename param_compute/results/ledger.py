@@ -54,10 +54,10 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
     gaps: List[Tuple[float, str]] = []
     to_original = _ratio(replay, original)
     if _differs(to_original):
-        if profiled and to_original < 1:
-            why = "profiler"
+        if _data_op(op):
+            why = "data"
         else:
-            why = "data" if _data_op(op) else "cache"
+            why = "profiler" if profiled and to_original < 1 else "cache"
         gaps.append((abs(math.log(to_original)), why))
     isolated_to_step = _ratio(isolated, in_step)
     if _differs(isolated_to_step):
@@ -158,7 +158,9 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
         return sum(values) if values else None
 
     stats = step.get("stats") if isinstance(step.get("stats"), dict) else {}
-    side = "device" if device_side else "cpu"
+    recorded = original_info.get("total_us") if isinstance(original_info.get("total_us"),
+                                                            dict) else {}
+    side = "device" if device_side and _number(recorded.get("device")) else "cpu"
     whole = _number((original_info.get("total_us") or {}).get(side)) \
         if isinstance(original_info.get("total_us"), dict) else None
     captured = _number((original_info.get("captured_us") or {}).get(side)) \

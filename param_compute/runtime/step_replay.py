@@ -142,6 +142,7 @@ class StepReplay:
         self.externals: Dict[int, Any] = {}
         self.mismatches: List[str] = []
         self.mismatch_count = 0
+        self.last_output: Any = None
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
@@ -266,6 +267,8 @@ class StepReplay:
                     result = call.func(*call.args, **call.kwargs)
                     for path, slot in call.outs:
                         values[slot] = _output(result, path)
+                    if index == len(self.calls) - 1:
+                        self.last_output = result  # what the step ends with (checks, tests)
                     del result
                 except Exception as exc:
                     call.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
