@@ -43,7 +43,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from param_compute.capture.live_timing import time_step  # noqa: E402
+from param_compute.capture.live_timing import time_ops_in_place, time_step  # noqa: E402
 from param_compute.cli.capture import capture_run  # noqa: E402
 
 
@@ -231,7 +231,13 @@ def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     reps = []
     for rep in range(options.reps):
         real = statistics.median(time_step(step, options.real_steps)) / 1e3
+        in_place: Dict[str, float] = {}
+        for func, times in time_ops_in_place(step, 1, passes=3).items():
+            namespace, base = func.split(".")[:2]
+            op = f"{namespace}::{base}"
+            in_place[op] = in_place.get(op, 0.0) + sum(times) / 1e3
         ledger = replay_once(spec, workdir / f"{name}_{rep}.json", options)
+        ledger["in_place"] = in_place
         reps.append((real, ledger))
         print(f"  {name} rep {rep + 1}: real {real:.2f} ms, in-step {ledger['in_step_ms']:.2f}"
               f" ms, isolated {ledger['isolated_ms']:.2f} ms", flush=True)
@@ -253,10 +259,12 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
     for _, rep_ledger in reps:
         for row in rep_ledger["ops"]:
             entry = ops.setdefault(row["op"], {"original": [], "in_step": [], "isolated": []})
-            for key, field in (("original", "original_ms"), ("in_step", "in_step_ms"),
-                               ("isolated", "isolated_ms")):
+            for key, field in (("in_step", "in_step_ms"), ("isolated", "isolated_ms")):
                 if row[field] is not None:
                     entry[key].append(row[field])
+        for op, original in rep_ledger["in_place"].items():  # timed in place beside the replay
+            ops.setdefault(op, {"original": [], "in_step": [], "isolated": []})[
+                "original"].append(original)
     checked, misses = [], []
     for op, entry in ops.items():
         original = _median(entry["original"])
@@ -269,7 +277,9 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
         if ratio is None or abs(ratio - 1) > options.op_tolerance:
             misses.append(row)
     ratio = _median(ratios)
+    in_place = _median([sum(l["in_place"].values()) for _, l in reps])
     return {"name": result["name"], "real": real, "in_step": in_step, "ratio": ratio,
+            "in_place": in_place,
             "ratios": ratios, "isolated": _median([l["isolated_ms"] for _, l in reps]),
             "original": ledger["original_ms"], "covered": ledger["covered_fraction"],
             "checked": checked, "misses": misses,
@@ -281,13 +291,13 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
     def fmt(value, spec=".2f"):
         return format(value, spec) if value is not None else "-"
 
-    print("\n| model | real step (ms) | in-step replay (ms) | in-step / real (reps) | isolated "
-          "Σ median×count (ms) | original op time (ms) | covered | ops >2% within ±"
-          f"{int(100 * options.op_tolerance)}% |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| model | real step (ms) | ops timed in place (ms) | in-step replay (ms) | "
+          "in-step / real (reps) | isolated Σ median×count (ms) | original op time at capture "
+          f"(ms) | covered | ops >2% within ±{int(100 * options.op_tolerance)}% |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for v in verdicts:
         reps = ", ".join(f"{r:.2f}" for r in v["ratios"])
-        print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_step'])} | "
+        print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_place'])} | {fmt(v['in_step'])} | "
               f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | "
               f"{fmt(v['isolated'])} | {fmt(v['original'])} | "
               f"{fmt(100 * v['covered'] if v['covered'] is not None else None, '.1f')}% | "
@@ -295,8 +305,8 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
     for v in verdicts:
         if not v["checked"]:
             continue
-        print(f"\n{v['name']}: ops above 2% of the step (median over repetitions; "
-              "reason from the last ledger)")
+        print(f"\n{v['name']}: ops above 2% of the step (median over repetitions; original: "
+              "timed in place beside each replay; reason from the last ledger)")
         print("| op | original ms | in-step ms | isolated ms | in-step / original | reason |")
         print("| --- | --- | --- | --- | --- | --- |")
         reasons = {row["op"]: row["reason"] for row in v["ledger"]["ops"]}

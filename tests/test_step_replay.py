@@ -318,3 +318,16 @@ def test_profiler_cost_is_calibrated_from_trivial_leaf_calls():
     assert cost.corrected(events[0]) == pytest.approx(1.0)  # never below the real cost
     assert "30 trivial leaf calls" in cost.to_json()["calibrated_from"]
     assert calibrate(everything[25:], real_us=1.0) is None  # 5 trivial calls: too few
+
+
+def test_html_report_opens_with_the_ledger(tmp_path):
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    _capture(lambda: torch.relu(x @ w), tmp_path / "s.json")
+    out = tmp_path / "res.json"
+    assert run_cli("-c", tmp_path / "s.json", "--replay-step", "--output", out).returncode == 0
+    html = tmp_path / "report.html"
+    report = run_cli(out, "-o", html, module="param_compute.report")
+    assert report.returncode == 0, report.stderr
+    text = html.read_text()
+    assert "Fidelity ledger" in text and text.index("Fidelity ledger") < text.index("Sweeps")
+    assert "aten::relu" in text[text.index("Fidelity ledger"):text.index("Sweeps")]
