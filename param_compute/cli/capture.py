@@ -6,11 +6,13 @@
 
 ``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
 FUNCTION with no arguments ``--warmup`` times uncaptured (lazy initialization, first-step
-allocation of gradients) and then ``--steps`` times under the capture. Build the model at import
+allocation of gradients), times it unprofiled (the real step) and op by op in place (the
+originals, ``capture.live_timing``), then calls it ``--steps`` times under the capture. Build the model at import
 time (or cache it) so that only the step is captured.
 
-Writes the spec, validated the way ``run_benchmark`` validates it, and ``NAME.capture.json``
-beside it (what was captured, every call not captured with its kind and reason, the steps, how
+Writes the spec, validated the way ``run_benchmark`` validates it, ``NAME.step.json`` (the
+step's calls in order with their dataflow, for ``run_benchmark --replay-step``) and
+``NAME.capture.json`` beside it (what was captured, every call not captured with its kind and reason, the steps, how
 layouts were obtained, configs with no kernel on ``--target-device``, original times joined
 from ``--kineto``). The summary says it in one short line per group; ``-v`` logs every call not
 captured. Exit status: 0 written, 2 bad arguments or input.
