@@ -331,3 +331,34 @@ def test_html_report_opens_with_the_ledger(tmp_path):
     text = html.read_text()
     assert "Fidelity ledger" in text and text.index("Fidelity ledger") < text.index("Sweeps")
     assert "aten::relu" in text[text.index("Fidelity ledger"):text.index("Sweeps")]
+
+
+def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):
+    from param_compute.capture.live_timing import CallTimer, time_ops_in_place, time_step
+    from param_compute.cli.capture import capture_run
+
+    x, w = torch.randn(32, 32), torch.randn(32, 32)
+
+    def step():
+        torch.relu(x @ w).sum()
+
+    with CallTimer() as timer:
+        step()
+    assert [str(func) for func, _ in timer.resolve()] == ["aten.mm.default",
+                                                          "aten.relu.default",
+                                                          "aten.sum.default"]
+    times = time_ops_in_place(step, steps=2, passes=3)
+    assert {name: len(v) for name, v in times.items()} == {
+        "aten.mm.default": 2, "aten.relu.default": 2, "aten.sum.default": 2}
+    assert all(t > 0 for v in times.values() for t in v)
+    assert len(time_step(step, 4)) == 4
+    workload = capture_run(step, warmup=1, steps=2, repeats=3)
+    path, report = workload.write(tmp_path / "s.json")
+    spec = json.loads(path.read_text())
+    assert spec["aten::mm"]["config"][0]["input"][0]["count"] == 2
+    assert spec["aten::mm"]["config"][0]["input"][0]["original_us"]["cpu"] > 0
+    data = read_step_file(step_path(path))
+    assert data["real_step_us"] > 0 and len(data["calls"]) == 6
+    assert all(call["original_us"] > 0 for call in data["calls"])
+    summary = json.loads(report.read_text())["original_time"]
+    assert summary["real_step_us"] == pytest.approx(data["real_step_us"], rel=1e-3)

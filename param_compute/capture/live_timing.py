@@ -20,18 +20,41 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class CallTimer(TorchDispatchMode):
-    """Times each aten call made while active (ns, in order): nothing else is done per call."""
+    """Times each aten call made while active (ns, in order): nothing else is done per call.
 
-    def __init__(self):
+    With ``events`` (a CUDA step), a CUDA event pair around each call instead: the device
+    time between them, read after the step (``resolve``)."""
+
+    def __init__(self, events: bool = False):
         super().__init__()
         self.calls: List[Any] = []
+        self.events = events
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.events:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                enable_timing=True)
+            start.record()
+            out = func(*args, **(kwargs or {}))
+            end.record()
+            self.calls.append((func, (start, end)))
+            return out
         clock = time.perf_counter_ns
         start = clock()
         out = func(*args, **(kwargs or {}))
         self.calls.append((func, clock() - start))
         return out
+
+    def resolve(self) -> List[Any]:
+        """(func, ns) per call, event pairs read (after synchronizing) where used."""
+        if not self.events:
+            return self.calls
+        import torch
+
+        torch.cuda.synchronize()
+        return [(func, pair[0].elapsed_time(pair[1]) * 1e6) for func, pair in self.calls]
 
 
 def time_step(function: Callable[[], object], repeats: int) -> List[float]:
@@ -64,7 +87,11 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
     call, the median over ``passes`` timed passes (one preempted call is not the op's time).
 
     One pass runs under the timer first, untimed: the first call of each op under a dispatch
-    mode pays one-time set-up (milliseconds) that the step never pays."""
+    mode pays one-time set-up (milliseconds) that the step never pays. A step on CUDA is timed
+    with CUDA event pairs (device time), like the step replay's per-call clock there."""
+    import torch
+
+    events = torch.cuda.is_available() and torch.cuda.is_initialized()
     runs: List[Dict[str, List[float]]] = []
     enabled = gc.isenabled()
     gc.collect()
@@ -73,10 +100,10 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
         for index in range(max(1, passes) + 1):
             times: Dict[str, List[float]] = defaultdict(list)
             for _ in range(steps):
-                timer = CallTimer()
+                timer = CallTimer(events)
                 with timer:
                     function()
-                for func, elapsed in timer.calls:
+                for func, elapsed in timer.resolve():
                     times[str(func)].append(elapsed / 1e3)
             if index:
                 runs.append(times)
