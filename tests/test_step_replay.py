@@ -362,3 +362,18 @@ def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):
     assert all(call["original_us"] > 0 for call in data["calls"])
     summary = json.loads(report.read_text())["original_time"]
     assert summary["real_step_us"] == pytest.approx(data["real_step_us"], rel=1e-3)
+
+
+@pytest.mark.parametrize("line", [
+    {"step_replay": {"stats": "fast", "configs": [1], "original": 3, "real_step_us": "x"}},
+    {"step_replay": {"stats": {"median": float("nan")}, "configs": {"aten::mm|0|0|0": {
+        "in_step_us": "1", "calls": -2}}, "original": {"total_us": [], "not_captured": [
+            "x", {"op": 1, "original_us": {"cpu": "2"}}]}}},
+    {"step_replay": {"configs": {"aten::mm|0|0|0": {"in_step_us": 500.0, "calls": -2}}}},
+])
+def test_ledger_reads_a_damaged_step_line_without_failing(line):
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)],
+                          [(5, line)])
+    assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 2.0
+    assert ledger["ops"][0]["in_step_ms"] in (None, 1.0)  # a bad call count: the record's
+    format_ledger(ledger)

@@ -121,7 +121,9 @@ def build_ledger(records: Iterable[Dict[str, Any]],
             row["failed"] += 1
         in_step = in_step_configs.get(f"{op}|{record.get('id')}")
         if isinstance(in_step, dict) and _number(in_step.get("in_step_us")) is not None:
-            calls = in_step.get("calls") if isinstance(in_step.get("calls"), int) else count
+            calls = in_step.get("calls")
+            if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+                calls = count
             row["in_step_ms"] = (row["in_step_ms"] or 0.0) + in_step["in_step_us"] * calls / 1e3
     original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
     how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
