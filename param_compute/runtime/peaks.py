@@ -114,11 +114,12 @@ def read_json(path: Path, where: str) -> Any:
                      | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OptionsError(f"{where}: is {_kind(mode)}; peaks are read from a regular file")
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as stream:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OptionsError(f"{where}: is {_kind(mode)}; peaks are read from a regular file")
-        os.set_blocking(fd, True)
         data = stream.read(MAX_PEAKS_BYTES + 1)
     if len(data) > MAX_PEAKS_BYTES:
         raise OptionsError(f"{where}: over the {MAX_PEAKS_BYTES}-byte limit of a peaks file")
