@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 import param_compute
 import param_compute.lib.operator
@@ -340,3 +341,57 @@ def test_built_in_workloads_a_script_imported_stay_replaceable(tmp_path, monkeyp
     registries = Toolchain.start([plugins]).registries
     assert registries.operators["test.builtin_like"].__name__ == "Mine"
     assert list(registries.failed_workloads) == [str((plugins / "b_duplicate.py").resolve())]
+
+
+HALF_REGISTERED = '''
+import torch
+from param_compute import register_operator
+from param_compute.lib.pytorch.operator_impl import CallableOp
+
+register_operator("half.first", CallableOp(torch.neg))
+register_operator("torch.add", CallableOp(torch.sub))  # would replace a built-in
+{failure}
+'''
+
+
+@pytest.mark.parametrize("failure, why", [
+    ("raise SystemExit(0)", "raised SystemExit(0) at import"),
+    ("raise SystemExit('bye')", "raised SystemExit(bye) at import"),
+    ("raise GeneratorExit()", "raised GeneratorExit() at import"),
+    ("raise ValueError('boom')", "ValueError: boom"),
+])
+def test_a_plugin_failing_at_import_is_reported_and_none_of_its_registrations_stay(
+        tmp_path, failure, why):
+    plugins = _plugin_dir(tmp_path, {
+        "a_failing.py": HALF_REGISTERED.format(failure=failure),
+        "b_good.py": "import torch\nfrom param_compute import register_operator\n"
+                     "from param_compute.lib.pytorch.operator_impl import CallableOp\n"
+                     "register_operator('good.abs', CallableOp(torch.abs))\n"})
+    registries = Toolchain.start([plugins]).registries
+    failing = str((plugins / "a_failing.py").resolve())
+    assert registries.failed_workloads == {failing: why}
+    assert "half.first" not in registries.operators and "good.abs" in registries.operators
+    assert ("operator", "torch.add") in registries.builtin_names  # the built-in stays
+    assert registries.operators["torch.add"]().forward(torch.ones(1), torch.ones(1)) == 2
+
+    # a real process: the plugin does not end the run; it is named, the run goes on
+    spec = write_spec(tmp_path, {**simple_op("good.abs", tensor(4)),
+                                 **simple_op("torch.add", tensor(4), tensor(4))})
+    out = tmp_path / "r.json"
+    done = run_cli("-c", spec, "--workloads-dir", plugins, "--output", out, "-i", "1",
+                   forked=True)
+    assert done.returncode == 0, done.stderr
+    assert f"workload module {failing} skipped: {why}" in done.stderr
+    assert "replaces built-in" not in done.stderr
+    assert [r["op_name"] for r in read_results(out)[1]] == ["good.abs", "torch.add"]
+    # its operators are unknown, not half-there
+    refused = run_cli("-c", write_spec(tmp_path, simple_op("half.first", tensor(4)), "h.json"),
+                      "--workloads-dir", plugins, "--output", tmp_path / "h_r.json")
+    assert refused.returncode == 2 and "unknown operator 'half.first'" in refused.stderr
+
+
+def test_a_real_interrupt_while_a_plugin_imports_still_stops(tmp_path):
+    plugins = _plugin_dir(tmp_path, {"interrupt.py": HALF_REGISTERED.format(
+        failure="raise KeyboardInterrupt")})
+    with pytest.raises(KeyboardInterrupt):
+        Toolchain.start([plugins])

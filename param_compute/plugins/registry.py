@@ -51,6 +51,19 @@ class Registries:
     #: (kind, name) of the built-in entries replaced since the loader last looked.
     replaced: List[Tuple[str, str]] = field(default_factory=list)
 
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the tables back as they are now (a failed plugin's
+        registrations undone); the tables stay the same objects."""
+        saved = {name: copy.copy(getattr(self, name)) for name in _ROLLED_BACK}
+
+        def rollback() -> None:
+            for name, before in saved.items():
+                table = getattr(self, name)
+                table.clear()
+                (table.extend if isinstance(table, list) else table.update)(before)
+
+        return rollback
+
     def declared_keys(self, operator: Any, where: Tuple[Any, ...]) -> Dict[str, str]:
         """The extra keys the plugins an operator entry names declare at ``where`` (a JSON
         path inside the entry, ending at the object holding the keys): key -> what it means.
@@ -83,6 +96,10 @@ class Registries:
         """True if ``path[-1]`` is a key the plugins of ``operator`` declare at ``path[:-1]``."""
         return bool(path) and path[-1] in self.declared_keys(operator, tuple(path[:-1]))
 
+
+#: The tables a plugin's registrations change (``Registries.checkpoint``).
+_ROLLED_BACK = ("operators", "config_iterators", "data_generators", "unavailable_operators",
+                "builtin_names", "replaced")
 
 _DEFAULTS = {"build_iterator": "DefaultConfigIterator", "input_iterator": "DefaultConfigIterator",
              "build_data_generator": "PyTorch:DefaultDataGenerator",
