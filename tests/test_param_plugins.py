@@ -395,3 +395,66 @@ def test_a_real_interrupt_while_a_plugin_imports_still_stops(tmp_path):
         failure="raise KeyboardInterrupt")})
     with pytest.raises(KeyboardInterrupt):
         Toolchain.start([plugins])
+
+
+# PARAM's plugins declare no keys: this iterator reads "repeat" unannounced, and builds its
+# combinations with PARAM's lib.generator.
+UNDECLARED_PLUGIN = '''
+from ...lib.generator import ListProduct, full_range
+from ...lib.iterator import ConfigIterator, register_config_iterator
+from ...lib.operator import register_operators
+from ...lib.pytorch.operator_impl import CallableOp
+import torch
+
+
+class RepeatIterator(ConfigIterator):
+    def __init__(self, configs, key, device):
+        super().__init__(configs, key, device)
+        turns = [(index, turn) for index, asl in enumerate(configs[key])
+                 for (turn,) in ListProduct([full_range(0, asl.get("repeat", 1) - 1)])]
+        self._pairs = iter([(f"{index}r{turn}", {"args": configs[key][index]["args"]})
+                            for index, turn in turns])
+
+    def __next__(self):
+        return next(self._pairs)
+
+
+register_config_iterator("UndeclaredRepeat", RepeatIterator)
+register_operators({"undeclared.neg": CallableOp(torch.neg)})
+'''
+
+
+def test_an_unchanged_param_plugin_reading_undeclared_keys_runs_with_one_warning(tmp_path):
+    plugins = _plugin_dir(tmp_path, {"undeclared.py": UNDECLARED_PLUGIN})
+    spec = simple_op("undeclared.neg", tensor(4), iterator="UndeclaredRepeat")
+    entry = spec["undeclared.neg"]["config"][0]
+    entry["input"][0]["repeat"] = 2
+    entry["input"].append({"args": [tensor(2)], "repeat": 1, "note": "x"})
+    out = tmp_path / "r.json"
+    done = run_cli("-c", write_spec(tmp_path, spec), "--workloads-dir", plugins, "--output",
+                   out, "-w", "0", "-i", "1")
+    assert done.returncode == 0, done.stderr
+    assert [run["id"] for run in read_results(out)[1]] == ["0|0|0r0", "0|0|0r1", "0|0|1r0"]
+    [warning] = [line for line in done.stderr.splitlines() if "no plugin declares" in line]
+    assert warning.endswith(
+        "keys no plugin declares accepted, for plugins that declare none (spec_keys): "
+        "undeclared.neg.config[0].input[0].repeat (and 1 more 'repeat'), read there by "
+        "UndeclaredRepeat; undeclared.neg.config[0].input[1].note, read there by "
+        "UndeclaredRepeat")
+
+    toolchain = Toolchain.start([plugins])
+    # built-in iterators and generators still refuse unknown keys ...
+    builtin = simple_op("undeclared.neg", tensor(4))
+    builtin["undeclared.neg"]["config"][0]["input"][0]["repeat"] = 2
+    with pytest.raises(SpecError, match=r"input\[0\].repeat: unknown key 'repeat'"):
+        toolchain.load(builtin)
+    # ... and so do the places the plugin does not read (a data spec: the generator's)
+    nested = simple_op("undeclared.neg", tensor(4, repeat=2), iterator="UndeclaredRepeat")
+    with pytest.raises(SpecError, match=r"args\[0\].repeat: unknown key 'repeat'"):
+        toolchain.load(nested)
+    # a plugin that declares its keys (spec_keys) still has its undeclared ones refused
+    declaring = _plugin_dir(tmp_path, {"param_style.py": PARAM_STYLE_PLUGIN}, "declaring")
+    typo = simple_op("param_style.twice", tensor(4), iterator="RepeatIterator")
+    typo["param_style.twice"]["config"][0]["input"][0]["repaet"] = 2
+    with pytest.raises(SpecError, match="unknown key 'repaet'"):
+        Toolchain.start([declaring]).load(typo)
