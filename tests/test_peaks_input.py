@@ -31,7 +31,8 @@ def _refused(done, output, *fragments):
 
 @pytest.mark.parametrize("kind, message", [("fifo", "is a FIFO"), ("device", "is a device"),
                                            ("directory", "is a directory"),
-                                           ("huge", f"over the {MAX_PEAKS_BYTES}-byte limit")])
+                                           ("huge", f"over the {MAX_PEAKS_BYTES}-byte limit"),
+                                           ("deep", "not JSON: nested too deep")])
 def test_peaks_file_that_is_no_small_regular_file_is_refused_without_hanging(
         tmp_path, spec, kind, message):
     peaks = tmp_path / "peaks.json"
@@ -41,6 +42,8 @@ def test_peaks_file_that_is_no_small_regular_file_is_refused_without_hanging(
         peaks.symlink_to("/dev/zero")  # endless: an unbounded read would exhaust memory
     elif kind == "directory":
         peaks.mkdir()
+    elif kind == "deep":
+        peaks.write_text("[" * 200_000 + "]" * 200_000)
     else:
         peaks.write_text('{"bytes_per_s": 1e11' + " " * MAX_PEAKS_BYTES + "}")
     done = run_cli("-c", spec, "--peaks", peaks, "--output", tmp_path / "r.json")

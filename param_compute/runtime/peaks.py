@@ -119,8 +119,11 @@ def read_json(path: Path, where: str) -> Any:
         os.close(fd)
         raise OptionsError(f"{where}: is {_kind(mode)}; peaks are read from a regular file")
     os.set_blocking(fd, True)
-    with os.fdopen(fd, "rb") as stream:
-        data = stream.read(MAX_PEAKS_BYTES + 1)
+    try:
+        with os.fdopen(fd, "rb") as stream:
+            data = stream.read(MAX_PEAKS_BYTES + 1)
+    except OSError as exc:
+        raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     if len(data) > MAX_PEAKS_BYTES:
         raise OptionsError(f"{where}: over the {MAX_PEAKS_BYTES}-byte limit of a peaks file")
     try:
