@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -102,6 +103,8 @@ def test_dropout_verifies_in_plain_eager_mode_and_a_real_mismatch_still_fails(tm
     assert done.returncode == 0, done.stderr
     [record] = read_results(tmp_path / "r.json")[1]
     assert record["verify"] == {"status": "PASS", "mean_rel_error": 0.0, "max_abs_error": 0.0}
+    [wide] = param_compute.run(json.loads(spec.read_text()), iteration=2, verify="fp64").records
+    assert wide["verify"]["status"] == "PASS"  # the float64 copy draws the same mask
     # Rewinding the generator does not hide a real difference: a call that draws other numbers
     # (here twice as many, so the second draw differs) still fails.
     x = torch.ones(1000)
