@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from param_compute.errors import EXIT_INVALID, OptionsError
 from param_compute.runtime.peaks import (FLOATING, Peaks, cache_path, cached_peaks,
-                                         canonical_dtype, cpu_name, machine_key, store)
+                                         canonical_dtype, cpu_name, machine_key, read_cache,
+                                         store)
 
 log = logging.getLogger("param_compute")
 
@@ -214,6 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 1
             _print(peaks.flops_per_s, peaks.bytes_per_s, peaks.source)
             return 0
+        read_cache()  # an unusable cache is said before measuring, not after
         dtypes = list(args.dtype or []) + (spec_dtypes(args.config) if args.config else [])
         entry = calibrate(args.device, args.num_threads, sorted(set(dtypes or ["float32"])),
                           args.seconds)

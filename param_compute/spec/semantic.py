@@ -49,6 +49,8 @@ class SpecValidator(DataSpecChecks):
         self.warnings: List[str] = []
         self._plain: Any = frozenset()  # ids of the arg-spec-lists proved problem-free
         self._aten_checked: Dict[Tuple[str, str], Optional[str]] = {}
+        #: (key, plugins reading there) -> JSON paths: unknown keys accepted for such plugins.
+        self._undeclared: Dict[Tuple[str, Tuple[str, ...]], List[tuple]] = {}
 
     # -- entry point ------------------------------------------------------------------------
     def validate(self, raw: Any) -> BenchmarkSpec:
@@ -95,6 +97,8 @@ class SpecValidator(DataSpecChecks):
                 (), f"validation stopped after {MAX_PROBLEMS} problems", "fix these first")]
         if self.problems:
             raise SpecError(self.source, _dedupe(self.problems))
+        if self._undeclared:
+            self.warnings.append(_undeclared_warning(self._undeclared))
         for warning in self.warnings:
             log.warning("%s: %s", self.source, warning)
         return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings))
@@ -104,8 +108,14 @@ class SpecValidator(DataSpecChecks):
         there (``spec_keys``); another unknown key's hint names the declared ones."""
         if not problem.message.startswith("unknown key ") or len(problem.path) < 2:
             return problem
-        declared = self.registries.declared_keys(raw.get(problem.path[0]), problem.path[1:-1])
+        operator, where = raw.get(problem.path[0]), problem.path[1:-1]
+        declared = self.registries.declared_keys(operator, where)
         if problem.path[-1] in declared:
+            return None
+        readers = getattr(self.registries, "undeclared_readers", lambda *_: [])(operator, where)
+        if readers:  # a PARAM-style plugin reads it, or may: accepted, said once (_validate)
+            self._undeclared.setdefault((problem.path[-1], tuple(readers)), []).append(
+                problem.path)
             return None
         if not declared:
             return problem
@@ -292,6 +302,17 @@ def _under(path: tuple, bad_paths) -> bool:
         return False
     n = len(path)
     return any(len(bad) >= n and tuple(bad[:n]) == path for bad in bad_paths)
+
+
+def _undeclared_warning(accepted: Dict[Tuple[str, Tuple[str, ...]], List[tuple]]) -> str:
+    """One warning for every unknown key accepted because a plugin that declares no keys reads
+    there: each key with its readers, where it first occurs and how often."""
+    parts = []
+    for (key, readers), paths in accepted.items():
+        more = f" (and {len(paths) - 1} more {key!r})" if len(paths) > 1 else ""
+        parts.append(f"{format_json_path(paths[0])}{more}, read there by {', '.join(readers)}")
+    return ("keys no plugin declares accepted, for plugins that declare none (spec_keys): "
+            + "; ".join(parts))
 
 
 def _dedupe(problems: List[Problem]) -> List[Problem]:
