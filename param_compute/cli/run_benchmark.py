@@ -22,6 +22,7 @@ from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, Sp
 from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import Interrupted
 from param_compute.runtime.timing import ExecMode
+from param_compute.results.sinks.console import SORT_COLUMNS, max_rows
 
 log = logging.getLogger("param_compute")
 
@@ -119,7 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "besides aten, a namespace runs only where the run allows it")
     p.add_argument("--list-ops", action="store_true",
                    help="list registered workloads and the resolvable namespaces, then exit")
-    p.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal, INFO lines elsewhere)")
+    p.add_argument("--max-rows", type=max_rows, default=40, metavar="N|all",
+                   help="runs shown in the summary table (default 40; all: every run)")
+    p.add_argument("--sort", choices=SORT_COLUMNS, metavar="COLUMN",
+                   help="order the summary table by a column: median, n, tflops, gbps (largest "
+                        "first), op, id, config (A-Z); with --max-rows N, the first N of that "
+                        "order (default: run order)")
     p.add_argument("-l", "--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                    help="log level, any case (DEBUG also prints tracebacks)")
@@ -335,7 +343,8 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
               or (name == "et_file" and options.execution_trace)}
     sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces,
                                resume=resume),
-             ConsoleReporter(str(path), progress=False if args.no_progress else None)]
+             ConsoleReporter(str(path), progress=False if args.no_progress else None,
+                             max_rows=args.max_rows, sort=args.sort)]
     # On --resume and -a the results hold earlier runs too: the exports are rebuilt from them.
     earlier = path if (resume is not None or args.append) else None
     if args.csv is not None:
