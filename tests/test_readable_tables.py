@@ -13,7 +13,7 @@ from rich.console import Console
 import param_compute
 import param_compute.results.sinks.console as console_module
 from conftest import run_cli, simple_op, tensor, write_spec
-from param_compute.results.config_label import config_label
+from param_compute.plan.summary import config_label
 from param_compute.results.sinks.console import ConsoleReporter
 
 

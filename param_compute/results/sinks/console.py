@@ -21,7 +21,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
-from param_compute.results.config_label import config_label
+from param_compute.plan.summary import config_label
 from param_compute.results.sinks.base import RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
