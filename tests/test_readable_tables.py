@@ -134,3 +134,14 @@ def test_progress_lines_at_info_off_a_terminal(monkeypatch, caplog):
     assert lines[1].startswith("progress: 2/2 runs")
     quiet = ConsoleReporter(None, progress=False, console=Console(file=io.StringIO()))
     assert not quiet.log_progress
+
+
+def test_too_few_values_advice_fits_the_protocol_that_was_used(tmp_path):
+    spec = write_spec(tmp_path, _spec([8]))
+    plain = run_cli("-c", spec, "--output", tmp_path / "a.json", "-i", "2")
+    assert "(recommended: --warmup-time 0.2 --min-time 0.5)" in plain.stderr
+    timed = run_cli("-c", spec, "--output", tmp_path / "b.json", "-i", "1", "--max-iteration",
+                    "2", "--warmup-time", "0.01", "--min-time", "0.001")
+    assert "recommended" not in timed.stderr
+    assert "they ran with --warmup-time 0.01 --min-time 0.001: a longer --min-time" in \
+        timed.stderr

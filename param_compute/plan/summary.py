@@ -217,11 +217,6 @@ def _scalar(value: Any) -> str:
     return cut(str(value), MAX_STRING)
 
 
-def record_label(record: Dict[str, Any], width: Optional[int] = None) -> str:
-    """The label of a record as read from a results file (its ``config``)."""
-    return config_label(record.get("config"), width)
-
-
 # --- cost estimate (shard balancing) ---------------------------------------------------------
 
 #: A notional device: FLOP rate, memory bandwidth (machine balance 20 FLOP/byte) and a fixed cost

@@ -53,6 +53,13 @@ def max_rows(text: str) -> Optional[int]:
     return int(text)
 
 
+def protocol_text(warmup_time: float, min_time: float) -> Optional[str]:
+    """``--warmup-time 0.2 --min-time 0.5`` as the run used it (None: neither)."""
+    used = [f"--{flag} {value:g}" for flag, value in (("warmup-time", warmup_time),
+                                                     ("min-time", min_time)) if value]
+    return " ".join(used) or None
+
+
 def _rate(value) -> str:
     if value is None:
         return "-"
@@ -97,7 +104,7 @@ class ConsoleReporter:
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,
                  console: Optional[Console] = None, max_rows: Optional[int] = SUMMARY_ROWS,
-                 sort: Optional[str] = None):
+                 sort: Optional[str] = None, protocol: Optional[str] = None):
         # Off a terminal (a log, a pipe), wide enough for every column rather than 80 characters.
         self.console = console or Console(stderr=True,
                                           width=None if sys.stderr.isatty() else 200)
@@ -105,6 +112,9 @@ class ConsoleReporter:
         #: Off a terminal (and not asked to be quiet): progress as INFO log lines.
         self.log_progress = progress is None and not self.show_progress
         self.results_path = results_path
+        #: The measurement protocol the run used (``--warmup-time 0.2 --min-time 0.5``), if
+        #: any: too few values then call for a longer --min-time, not for the protocol.
+        self.protocol = protocol
         self.max_rows = max_rows
         self.sort = sort
         self._key = sort_key(sort) if sort else None
@@ -206,10 +216,11 @@ class ConsoleReporter:
             parts.append(f"{summary.skipped} skipped")
         self.console.print(", ".join(parts))
         if self.too_few:
+            advice = (f"they ran with {self.protocol}: a longer --min-time gives more"
+                      if self.protocol else "recommended: --warmup-time 0.2 --min-time 0.5")
             self.console.print(
                 f"[yellow]{self.too_few} run(s) have fewer than {MIN_TRUSTED_N} measured values: "
-                "too few to trust[/yellow] (recommended: --warmup-time 0.2 --min-time 0.5)",
-                soft_wrap=True, highlight=False)
+                f"too few to trust[/yellow] ({advice})", soft_wrap=True, highlight=False)
         for note in getattr(summary, "notes", ()):  # what other sinks declared
             self.console.print(note, soft_wrap=True, highlight=False)
         for record in summary.failed[:SUMMARY_ROWS]:
