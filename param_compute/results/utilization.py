@@ -54,8 +54,14 @@ def _put(out: Dict[str, Any], key: str, ratio) -> None:
 
 
 def percent_of_peak(throughput: Optional[Dict[str, Any]]) -> str:
-    """The table's cell: the utilization of the bound that applies, e.g. ``"83% mem"``."""
+    """The table's cell: the utilization of the bound that applies, e.g. ``"83% mem"``.
+
+    Above 100% of the memory peak the data was cache-resident (the peak is DRAM bandwidth):
+    the cell says ``cache``, not a number. Above 100% of the FLOP peak the peak itself is
+    suspect (calibrated on a busy machine, or for another dtype): ``>100% FLOP``."""
     if not throughput or throughput.get("util") is None:
         return "-"
-    kind = "mem" if throughput["bound"] == "memory" else "FLOP"
-    return f"{throughput['util']:.0%} {kind}"
+    util = throughput["util"]
+    if throughput["bound"] == "memory":
+        return "cache" if util > 1.0 else f"{util:.0%} mem"
+    return ">100% FLOP" if util > 1.0 else f"{util:.0%} FLOP"

@@ -345,7 +345,9 @@ class Executor:
         work = None
         if self.flop_counter is not None:
             flops, output = self.flop_counter.count(self.eager_forward)
-            work = (flops, tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(output))
+            moved = (tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(output)
+                     if self.flop_counter.moved else 0)  # a view moves no data
+            work = (flops, moved)
             del output
         result = self._timed_phases(run, "forward", fn, None)
         result.extra.update({k: [v] for k, v in setup.items()})
@@ -367,7 +369,7 @@ class Executor:
             prepare()
             flops, _ = self.flop_counter.count(op.backward)
             work = (flops, tensor_bytes(getattr(op, "_grad", None)) + gradient_bytes(args)
-                    + gradient_bytes(kwargs))
+                    + gradient_bytes(kwargs) if self.flop_counter.moved else 0)
         result = self._timed_phases(run, "backward", op.backward, prepare)
         op.drop_outputs()  # the graph of the last forward is not kept past its run
         if work is not None:

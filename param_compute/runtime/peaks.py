@@ -155,7 +155,8 @@ def entry_problems(entry: Any) -> list:
                 f"{type(entry).__name__}"]
     problems = []
     unknown = sorted(set(entry) - {"flops_per_s", "bytes_per_s", "key", "device_name",
-                                   "driver", "torch", "threads", "measured", "detail"})
+                                   "driver", "torch", "threads", "measured", "detail",
+                                   "busy_fraction"})
     problems += [f"$.{key}: unknown key (expected flops_per_s, bytes_per_s)" for key in unknown]
     flops = entry.get("flops_per_s", {})
     if not isinstance(flops, dict):

@@ -21,8 +21,8 @@ from param_compute.spec import fastpath
 from param_compute.spec.data_checks import DataSpecChecks, _Section
 from param_compute.spec.limits import (CUSTOM_ITERATOR_PROBE, MAX_OPERATORS, MAX_PROBLEMS,
                                        MAX_RUNS_PER_VARIANT, MAX_VALUES_PER_AXIS)
-from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, RANGE_ITERATOR,
-                                       variant_axes)
+from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, MISREAD_FACTOR,
+                                       RANGE_ITERATOR, literal_count, variant_axes)
 from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker, BenchmarkSpec,
                                       OperatorSpec, Resolution, Resolver)
 from param_compute.spec.schema import data_spec_schema_problems, schema_problems
@@ -262,6 +262,13 @@ class SpecValidator(DataSpecChecks):
             elif count > MAX_RUNS_PER_VARIANT:
                 self.problem(path, f"this variant expands to {count} runs, over the "
                                    f"{MAX_RUNS_PER_VARIANT} limit")
+            else:
+                literal = literal_count(asl)
+                if literal is not None and count > MISREAD_FACTOR * literal:
+                    self.warn(path, f"expands to {count} runs from {literal} values written: "
+                                    "a shape dim or int value written [min, max(, step)] is an "
+                                    "inclusive range, and ranges multiply (use __list__ for a "
+                                    "list of whole alternatives; --explain shows the expansion)")
 
 
 def _proved_entry(entry: Dict[str, Any], proved) -> bool:
