@@ -288,10 +288,8 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            "run in that file")
     if not options.dry_run:
         check_device(options.device)
-    if options.peaks or (options.throughput and not options.dry_run):
+    if options.peaks or (options.throughput and not options.dry_run):  # bad peaks: said now
         from param_compute.runtime.calibrate import peaks_for_run
-
-        # A bad peaks file (or cache) is bad input: said before anything runs.
         peaks_for_run(options.device, options.num_threads, options.peaks)
     nsight = settings_from_args(args, options)  # --ncu/--nsys: binaries found before any run
     toolchain.resolver.allow(args.allow_namespace)
