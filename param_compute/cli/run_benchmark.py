@@ -22,6 +22,7 @@ from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, Sp
 from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import Interrupted
 from param_compute.runtime.timing import ExecMode
+from param_compute.runtime.step_session import add_arguments as add_step_arguments, step_sinks
 from param_compute.plan.explain import print_explanation
 from param_compute.results.sinks.console import SORT_COLUMNS, max_rows, protocol_text
 
@@ -112,12 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip runs before this op_name|id; it and the runs after it run")
     p.add_argument("-s", "--stop-id", "--stop_id", dest="stop_id",
                    help="stop at this op_name|id: it and everything after are skipped")
-    p.add_argument("--replay-step", action="store_true",
-                   help="also replay the captured step as a whole, in order, outputs fed to "
-                        "their consumers (NAME.step.json beside the spec): the step's time "
-                        "and each config's in-step time go into a step_replay line")
-    p.add_argument("--step", type=Path, metavar="FILE",
-                   help="the step file for --replay-step (implies it)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and expand only: write the planned runs, allocate nothing")
     p.add_argument("--explain", action="store_true",
@@ -143,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cupti_arguments(p)  # --cupti-profiler, --cupti-profiler-metrics, ...
     add_nsight_arguments(p)  # --ncu, --nsys, --run-batch-size, ...
-    return p
+    return add_step_arguments(p)  # --replay-step, --step FILE
 
 
 def _setup_logging(level: str) -> None:
@@ -361,12 +356,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from param_compute.results.targets import Verdicts
 
     verdicts = Verdicts()  # missed targets and --verify failures decide the exit status too
-    sinks.append(verdicts)
-    if args.replay_step or args.step is not None:  # checked now: a bad step file runs nothing
-        from param_compute.runtime.step_session import StepReplaySink
-
-        sinks.append(StepReplaySink.load(args.config, args.step, spec, toolchain, options,
-                                         sinks[0]))
+    sinks += [verdicts] + step_sinks(args, spec, toolchain, options, sinks[0])  # checked now
     batches = None
     if nsight is not None:  # writes its batch lines through the results sink (sinks[0])
         batches = BatchProfiler(nsight, spec, options, path, sinks[0], toolchain.workloads_dirs)

@@ -22,6 +22,24 @@ from param_compute.results.stats import summarize
 log = logging.getLogger("param_compute")
 
 
+def add_arguments(parser):
+    """``run_benchmark``'s step replay options; the parser."""
+    parser.add_argument("--replay-step", action="store_true",
+                        help="also replay the captured step as a whole, in order, outputs fed "
+                             "to their consumers (NAME.step.json beside the spec): the step's "
+                             "time and each config's in-step time go into a step_replay line")
+    parser.add_argument("--step", type=Path, metavar="FILE",
+                        help="the step file for --replay-step (implies it)")
+    return parser
+
+
+def step_sinks(args, spec, toolchain, options, writer) -> List["StepReplaySink"]:
+    """The step replay's sink when asked for (the step file read and checked now)."""
+    if not args.replay_step and args.step is None:
+        return []
+    return [StepReplaySink.load(args.config, args.step, spec, toolchain, options, writer)]
+
+
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
     path = Path(step_file) if step_file is not None else step_path(Path(spec_path))
     if not path.exists():
