@@ -377,3 +377,13 @@ def test_ledger_reads_a_damaged_step_line_without_failing(line):
     assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 2.0
     assert ledger["ops"][0]["in_step_ms"] in (None, 1.0)  # a bad call count: the record's
     format_ledger(ledger)
+
+
+def test_dry_run_plans_the_step_without_replaying_it(tmp_path):
+    x = torch.randn(4, 4)
+    _capture(lambda: torch.relu(x).sum(), tmp_path / "a.json")
+    out = tmp_path / "res.json"
+    result = run_cli("-c", tmp_path / "a.json", "--replay-step", "--dry-run", "--output", out)
+    assert result.returncode == 0, result.stderr
+    assert "step replay: 2 calls planned (dry run)" in result.stdout + result.stderr
+    assert "step_replay" not in out.read_text()

@@ -211,8 +211,12 @@ class StepReplay:
                 self._mismatch(index, run.key, path, "no tensor argument at this path")
                 continue
             slot = slots[(producer, tuple(out))]
+            try:
+                _set_arg(args, kwargs, path, _Slot(slot))
+            except TypeError:  # inside a tuple: the call keeps its generated tensor
+                self._mismatch(index, run.key, path, "the argument cannot be fed (a tuple)")
+                continue
             expected[slot] = (tuple(current.shape), current.dtype, path)
-            _set_arg(args, kwargs, path, _Slot(slot))
         for path, number in entry.get("ext", []):
             try:
                 current = _arg_value(args, kwargs, path)
@@ -223,8 +227,11 @@ class StepReplay:
             shared = self.externals.get(number)
             if shared is None or shared.shape != current.shape or shared.dtype != current.dtype:
                 self.externals.setdefault(number, current)  # the first reader's tensor
-            else:
+                continue
+            try:
                 _set_arg(args, kwargs, path, shared)
+            except TypeError:  # inside a tuple: this reader keeps a tensor of its own
+                continue
         bound = op.bind_forward(args, kwargs)
         if isinstance(bound, functools.partial):
             func, bound_args, bound_kwargs = bound.func, list(bound.args), dict(bound.keywords)
