@@ -54,6 +54,12 @@ def summary_lines(workload) -> List[str]:
                      f"on meta tensors: {workload.strides.get('recovered_inputs', 0)} strided "
                      f"(non-contiguous) inputs in {workload.strides.get('recovered_calls', 0)}"
                      " calls")
+        left_out = workload.strides.get("not_replayed") or {}
+        if left_out:
+            shown = "; ".join(list(left_out)[:3]) + (" ..." if len(left_out) > 3 else "")
+            lines.append(f"  layouts: {sum(left_out.values())} calls not replayed on meta "
+                         f"tensors (traces are data: only listed pure tensor ops run), their "
+                         f"outputs taken as contiguous: {shown}")
     for group in workload.groups():
         ops = ", ".join(f"{op} x{n}" for op, n in list(group["ops"].items())[:3])
         more = len(group["ops"]) - 3

@@ -198,7 +198,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     if not _has_strides(trace):
         from param_compute.capture.strides import recover_strides
 
-        recovered = recover_strides(tree, {node["id"] for node in taken})
+        recovered = recover_strides(tree, {node["id"] for node in taken},
+                                    allow_namespaces)
         workload.strides = {"recorded": False, **recovered.pop("summary")}
     else:
         workload.strides = {"recorded": True}

@@ -16,7 +16,6 @@ import copy
 import json
 import logging
 from collections import Counter
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -27,6 +26,7 @@ from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, k
 from param_compute.capture.portable import can_check, missing_kernels
 from param_compute.capture.coverage import summary_lines, time_coverage
 from param_compute.capture.index_rules import index_rules
+from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
 
@@ -34,14 +34,13 @@ VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")
 
 
-@lru_cache(maxsize=4096)
 def _overload_problem(namespace: str, base: str, overload: str) -> Optional[str]:
+    """What makes ``namespace::base.overload`` unknown here, or None: the dispatcher's registry
+    is asked by exact name (no ``torch.ops`` attribute is looked up from trace text)."""
     import torch
 
-    try:
-        packet = getattr(getattr(torch.ops, namespace), base)
-        overloads = packet.overloads()
-    except (AttributeError, RuntimeError):
+    overloads = registered_overloads(namespace, base)
+    if overloads is None:
         return (f"{namespace}::{base} does not exist in this torch build ({torch.__version__})"
                 + ("" if namespace == "aten" else " or its library is not loaded"))
     if overload not in overloads:
