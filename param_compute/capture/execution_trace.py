@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute.capture.portable import native_call
 from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
+from param_compute.capture.trace_check import check_execution_trace
 from param_compute.capture.trace_io import read_execution_trace
 from param_compute.capture.trace_walk import TraceTree, attr, replay_level_nodes, select_step
 from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
@@ -170,18 +171,25 @@ def op_label(node: Dict[str, Any]) -> str:
 
 def capture_execution_trace(trace, skip_views: bool = False, source: Optional[str] = None,
                             step: Optional[str] = None, allow_namespaces: Sequence[str] = (),
-                            kineto=None, target_device: str = "cpu") -> CapturedWorkload:
+                            kineto=None, target_device: str = "cpu",
+                            max_trace_bytes: Optional[int] = None) -> CapturedWorkload:
     """A workload from an execution trace (a path or the parsed JSON).
 
     ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
     them), ``"all"`` every node, ``"N"`` that step. ``allow_namespaces``: namespaces besides
     aten whose operators are captured. ``kineto``: a Kineto trace (a path or the parsed JSON)
     of the same run, joined for each call's original CPU and device time. ``target_device``:
-    the device whose kernels are checked for every config."""
+    the device whose kernels are checked for every config. ``max_trace_bytes``: the cap on
+    either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default).
+
+    A trace is untrusted data: its structure is checked first (``trace_check``), and a trace or
+    Kineto file that cannot be used raises ``TraceError`` naming the file, the node and what is
+    wrong."""
     if not isinstance(trace, dict):
         source = source or str(trace)
-        trace = read_execution_trace(trace)
-    tree = TraceTree(trace)
+        trace = read_execution_trace(trace, max_trace_bytes)
+    check_execution_trace(trace, source or "execution trace")
+    tree = TraceTree(trace, source or "execution trace")
     steps, window = select_step(tree, step)
     workload = CapturedWorkload(source or "execution trace", skip_views,
                                 allow_namespaces=allow_namespaces, target_device=target_device)
@@ -207,7 +215,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     if kineto is not None:
         from param_compute.capture.kineto import join_kineto
 
-        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps)
+        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps,
+                             max_trace_bytes)
         workload.kineto = timing.summary
     for lost in dropped:
         workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
