@@ -311,11 +311,12 @@ class CapturedWorkload:
     def write_spec(self, path, spec: Dict[str, Any],
                    param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
         """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
+        from param_compute.results.outputs import write_new
+
         path = Path(path)
-        path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+        write_new(path, json.dumps(spec, indent=1) + "\n")
         report = report_path(path)
-        report.write_text(json.dumps(self.report(param_form_notes), indent=1) + "\n",
-                          encoding="utf-8")
+        write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
         return path, report
 
     def groups(self) -> List[Dict[str, Any]]:
