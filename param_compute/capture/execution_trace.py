@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute.capture.portable import native_call
 from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
-from param_compute.capture.trace_check import check_execution_trace
+from param_compute.capture.trace_check import check_execution_trace, json_kind
 from param_compute.capture.trace_io import read_execution_trace
 from param_compute.capture.trace_walk import TraceTree, attr, replay_level_nodes, select_step
 from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
@@ -109,17 +109,29 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
         return {"type": "none"}
     kind = arg.enum_kind if arg is not None else None
     if type_name in ("Int", "ScalarType", "Layout", "MemoryFormat") and kind:
-        name = _ENUMS[kind].get(value)
+        name = _ENUMS[kind].get(value) if isinstance(value, (int, str)) else None
         if name is None:
-            raise Unreplayable(f"{kind} value {value!r} has no spec name")
+            raise Unreplayable(f"{kind} value {json_kind(value)} has no spec name")
         return {"type": kind, "value": name}
     if type_name == "Int":
-        return {"type": "int", "value": int(value)}
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Unreplayable(f"an Int argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return {"type": "int", "value": value}
     if type_name == "Double":
-        if isinstance(value, str):  # some writers spell non-finite values as strings
-            value = float(value)
-        return float_spec(float(value))
+        try:  # some writers spell non-finite values as strings ("inf", "nan")
+            number = float(value) if isinstance(value, (int, float, str)) \
+                and not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise Unreplayable(f"a Double argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return float_spec(number)
     if type_name == "Bool":
+        if not isinstance(value, (bool, int)):
+            raise Unreplayable(f"a Bool argument recorded as {json_kind(value)}",
+                               kind="unreadable")
         return {"type": "bool", "value": bool(value)}
     if type_name == "String":
         return {"type": "str", "value": str(value)}

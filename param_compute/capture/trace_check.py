@@ -76,16 +76,17 @@ def _node_label(index: int, node: Dict[str, Any]) -> str:
 
 
 def _check_list(problems: _Problems, where: str, owner: Dict[str, Any], key: str,
-                strings: bool = False) -> None:
+                strings: bool = False, label: Optional[str] = None) -> None:
     value = owner.get(key)
+    label = label or key
     if value is None:
         return
     if not isinstance(value, list):
-        problems.add(where, f"{key} is {json_kind(value)}, not an array")
+        problems.add(where, f"{label} is {json_kind(value)}, not an array")
     elif strings:
         for position, item in enumerate(value):
             if not isinstance(item, str):
-                problems.add(where, f"{key}[{position}] is {json_kind(item)}, not a string "
+                problems.add(where, f"{label}[{position}] is {json_kind(item)}, not a string "
                                     "(a recorded type such as 'Tensor(float)')")
                 break
 
@@ -97,8 +98,8 @@ def _check_io(problems: _Problems, where: str, node: Dict[str, Any], side: str) 
         return
     if isinstance(value, dict):
         for key in ("values", "shapes", "strides"):
-            _check_list(problems, where, value, key)
-        _check_list(problems, where, value, "types", strings=True)
+            _check_list(problems, where, value, key, label=f"{side}.{key}")
+        _check_list(problems, where, value, "types", strings=True, label=f"{side}.types")
     elif isinstance(value, list):
         for key in ("shapes", "strides"):
             _check_list(problems, where, node, f"{prefix}_{key}")
