@@ -64,6 +64,7 @@ CORPUS_CASES = {
                                 "subprocess::run", "importlib::import_module"],
     "aten_side_effects.json": ["aten::load", "aten::_print", "aten::manual_seed",
                                "aten::_cufft_set_plan_cache_max_size"],
+    "terminal_escapes.json": ["aten::\x1b[2J\x1b]0;pwned\x07relu", "evil\x1b[31m::op"],
 }
 
 
@@ -133,6 +134,7 @@ def test_hostile_nodes_never_run_and_are_reported(name, recorders, tmp_path):
     assert report["strides"]["meta_failures"] == 0
     assert "calls not replayed on meta tensors" in result.stdout
     assert "not captured" in result.stdout
+    assert "\x1b" not in result.stdout + result.stderr  # names from the trace, escaped
 
 
 def test_the_issue_probe_import_module_runs_nothing_from_the_command_line(tmp_path):
@@ -302,6 +304,11 @@ def test_a_device_is_refused_without_reading_it(tmp_path):
     result = run_cli("--from-et", "/dev/zero", "-o", tmp_path / "s.json", module=CAPTURE)
     assert result.returncode == 2
     assert "/dev/zero: is a device, not a regular file" in result.stderr
+    result = run_cli("--from-et", CORPUS / "save.json", "--kineto", "/dev/zero", "-o",
+                     tmp_path / "s.json", module=CAPTURE)
+    assert result.returncode == 2
+    assert "/dev/zero: is a device, not a regular file" in result.stderr
+    assert not (tmp_path / "s.json").exists()
 
 
 def test_a_bad_size_flag_is_refused(tmp_path):

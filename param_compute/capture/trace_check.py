@@ -18,7 +18,7 @@ import math
 from typing import Any, Dict, List, Optional
 
 from param_compute.capture.accounting import TraceError
-from param_compute.capture.trace_io import shown
+from param_compute.capture.trace_io import printable
 
 MAX_PROBLEMS = 20
 _ATTR_TYPES = {"op_schema": (str,), "kernel_backend": (str,), "kernel_file": (str,),
@@ -36,9 +36,9 @@ def json_kind(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     if isinstance(value, str):
-        return f"a string ('{shown(value, 40)}')"
+        return f"a string ('{printable(value, 40)}')"
     if isinstance(value, int):
-        return f"an integer ({shown(str(value), 40)})"
+        return f"an integer ({printable(str(value), 40)})"
     if isinstance(value, float):
         return f"a number ({value!r})"
     return type(value).__name__
@@ -49,7 +49,9 @@ def _integer(value: Any) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return (_integer(value) or isinstance(value, float)) and math.isfinite(value)
+    if _integer(value):
+        return abs(value) < 2 ** 63  # times in µs; a float holds these (10**400 it would not)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 class _Problems:
@@ -72,7 +74,7 @@ def _node_label(index: int, node: Dict[str, Any]) -> str:
     node_id = node.get("id")
     name = node.get("name")
     label = f"node {node_id}" if _integer(node_id) else f"nodes[{index}]"
-    return label + (f" ({shown(name, 60)})" if isinstance(name, str) and name else "")
+    return label + (f" ({printable(name, 60)})" if isinstance(name, str) and name else "")
 
 
 def _check_list(problems: _Problems, where: str, owner: Dict[str, Any], key: str,
@@ -174,13 +176,13 @@ def _check_attrs(problems: _Problems, where: str, attrs: Any) -> None:
         value = item.get("value")
         if kinds and value is not None and not (isinstance(value, kinds)
                                                 and not isinstance(value, bool)):
-            problems.add(where, f"attribute {shown(name, 40)} is {json_kind(value)}, not "
+            problems.add(where, f"attribute {printable(name, 40)} is {json_kind(value)}, not "
                                 f"{_kinds_text(kinds)}")
 
 
 def _event_label(index: int, event: Dict[str, Any]) -> str:
     name = event.get("name")
-    return f"traceEvents[{index}]" + (f" ({shown(name, 60)})" if isinstance(name, str) else "")
+    return f"traceEvents[{index}]" + (f" ({printable(name, 60)})" if isinstance(name, str) else "")
 
 
 def check_kineto_trace(trace: Dict[str, Any], source: Any) -> None:

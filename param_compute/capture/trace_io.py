@@ -45,7 +45,7 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def shown(text: str, limit: int = 80) -> str:
+def printable(text: str, limit: int = 80) -> str:
     """A name from a file, safe to print (control characters escaped) and short."""
     text = str(text)
     text = text if len(text) <= limit else text[:limit] + "..."
@@ -132,7 +132,7 @@ def parse_json(data, source: Any) -> Any:
     where = _too_deep(value, MAX_TRACE_DEPTH)
     if where is not None:
         raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (under "
-                                  f"{shown(where)})"])
+                                  f"{printable(where)})"])
     return value
 
 
@@ -151,10 +151,10 @@ def _archive_json(stream, path: Path, max_bytes: int) -> Any:
         if not members:
             raise TraceError(path, ["the archive holds no .json file"])
         if len(members) > 1:  # resources beside the trace (kernel sources) are not JSON
-            names = ", ".join(shown(m.name) for m in members[:5])
+            names = ", ".join(printable(m.name) for m in members[:5])
             raise TraceError(path, [f"the archive holds {len(members)} .json files ({names}); "
                                     "pass one trace"])
-        source = f"{path} ({shown(members[0].name)})"
+        source = f"{path} ({printable(members[0].name)})"
         member = archive.extractfile(members[0])
         return parse_json(read_capped(member, max_bytes, source), source)
 

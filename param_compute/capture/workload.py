@@ -29,6 +29,7 @@ from param_compute.capture.index_rules import index_rules
 from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
+from param_compute.capture.trace_io import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")
@@ -129,7 +130,7 @@ class CapturedWorkload:
             self._skipped[key] = SkippedOp(op, reason, kind=kind)
         self._skipped[key].count += count
         self._original_skipped.setdefault(op, OriginalTimes()).add(original, count)
-        LOG.debug("not captured: %s (%s): %s", op, kind, reason)
+        LOG.debug("not captured: %s (%s): %s", printable(op, 300), kind, printable(reason, 300))
 
     def add(self, schema: str, args: List[Dict[str, Any]],
             kwargs: Optional[Dict[str, Dict[str, Any]]] = None,
