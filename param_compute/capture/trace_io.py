@@ -93,27 +93,35 @@ def read_capped(stream, max_bytes: int, source: Any, what: str = "JSON text") ->
             raise TraceError(source, [_cap_problem(max_bytes, what)])
 
 
-def _too_deep(value: Any, limit: int) -> Optional[str]:
-    """Where ``value`` nests deeper than ``limit`` (its first-level key or index), or None.
-    Iterative: any depth is safe."""
-    if isinstance(value, dict):
-        tops = list(value.items())
-    elif isinstance(value, list):
-        tops = list(enumerate(value))
-    else:
-        return None
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels: level by level, containers only
+    (a fraction of the parse's time; iterative, so any depth is safe)."""
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list = []
+        add = below.append
+        for node in level:
+            for item in (node.values() if type(node) is dict else node):
+                if type(item) is dict or type(item) is list:
+                    add(item)
+        level = below
+    return False
+
+
+def _deep_place(value: Any, limit: int) -> str:
+    """Where ``value`` nests deeper than ``limit``, as ``key[index]`` of its first two levels."""
+    tops = value.items() if isinstance(value, dict) else enumerate(value)
     for top, item in tops:
-        stack = [(item, 2)]
-        while stack:
-            node, depth = stack.pop()
-            if depth > limit:
-                return f"{top}" if isinstance(top, str) else f"[{top}]"
-            if type(node) is dict:
-                stack.extend((c, depth + 1) for c in node.values()
-                             if type(c) is dict or type(c) is list)
-            elif type(node) is list:
-                stack.extend((c, depth + 1) for c in node if type(c) is dict or type(c) is list)
-    return None
+        seconds = (item.items() if isinstance(item, dict) else enumerate(item)
+                   if isinstance(item, list) else ())
+        for second, below in seconds:
+            if (type(below) is dict or type(below) is list) and _deeper_than(below, limit - 2):
+                where = f"{top}" if isinstance(top, str) else f"[{top}]"
+                return where + (f".{second}" if isinstance(second, str) else f"[{second}]")
+    return "(top level)"
 
 
 def parse_json(data, source: Any) -> Any:
@@ -129,9 +137,9 @@ def parse_json(data, source: Any) -> Any:
         raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep"]) from None
     except ValueError as exc:  # e.g. an integer literal of more digits than Python reads
         raise TraceError(source, [f"not usable JSON: {exc}"]) from None
-    where = _too_deep(value, MAX_TRACE_DEPTH)
-    if where is not None:
-        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (under "
+    if (type(value) is dict or type(value) is list) and _deeper_than(value, MAX_TRACE_DEPTH):
+        where = _deep_place(value, MAX_TRACE_DEPTH)
+        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (at "
                                   f"{printable(where)})"])
     return value
 
