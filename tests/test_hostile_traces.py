@@ -188,6 +188,14 @@ def test_every_allow_listed_name_is_a_registered_aten_op_without_side_effects():
         assert name not in META_REPLAY_OPS, name
 
 
+def test_only_meta_ops_touches_torch_ops_in_capture():
+    """No other capture module looks an operator up by attribute (``torch.ops``, ``getattr``
+    on an ops namespace): names from a trace reach the dispatcher only through ``meta_ops``."""
+    folder = Path(capture_execution_trace.__code__.co_filename).parent
+    users = sorted(p.name for p in folder.glob("*.py") if "torch.ops" in p.read_text())
+    assert users == ["meta_ops.py"]
+
+
 @pytest.mark.parametrize("namespace, base, overload, allowed, why", [
     ("aten", "from_file", "default", (), "not on the layout replay's list"),
     ("aten", "relu", "__call__", (), "no overload '__call__'"),
@@ -559,6 +567,12 @@ def test_outputs_replace_planted_hard_links_instead_of_writing_through(trace_fil
     assert victim.read_text() == "precious"
     assert json.loads((tmp_path / "s.capture.json").read_text())["captured_calls"] == 4
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_the_output_folder_is_made_where_missing(trace_file, tmp_path):
+    result = run_cli("--from-et", trace_file, "-o", tmp_path / "new" / "s.json", module=CAPTURE)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "new" / "s.capture.json").exists()
 
 
 def test_outputs_that_are_fifos_or_directories_are_refused(trace_file, tmp_path):

@@ -37,7 +37,7 @@ LOG = logging.getLogger("param_compute.capture")
 
 def _overload_problem(namespace: str, base: str, overload: str) -> Optional[str]:
     """What makes ``namespace::base.overload`` unknown here, or None: the dispatcher's registry
-    is asked by exact name (no ``torch.ops`` attribute is looked up from trace text)."""
+    is asked by exact name (no operator attribute is looked up from trace text)."""
     import torch
 
     overloads = registered_overloads(namespace, base)

@@ -177,6 +177,7 @@ def write_new(path: Path, text: str) -> None:
     sees half a file; whatever was at ``path``, a planted link included, is replaced, never
     written through)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
     try:
