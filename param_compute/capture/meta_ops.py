@@ -5,8 +5,9 @@ operators in one place only, the layout replay of ``strides`` (on meta tensors: 
 compute), and an operator named by a trace runs there only when
 
 - it is ``aten::NAME`` with NAME in ``META_REPLAY_OPS`` below (views, layout and copy ops,
-  elementwise math, reductions, matrix products, convolutions, normalizations...: ops that
-  compute tensors from tensors and touch nothing else), or an operator of a namespace the user
+  elementwise math and their in-place ``NAME_`` forms, reductions, matrix products,
+  convolutions, normalizations...: ops that compute tensors from tensors and touch nothing
+  else), or an operator of a namespace the user
   allowed on the command line (``--allow-namespace NS``) that the dispatcher has a Meta kernel
   for;
 - the dispatcher's registry has that exact name and overload (``torch._C`` is asked for the

@@ -55,7 +55,7 @@ class _MetaReplay:
         self.torch = torch
         self.allow_namespaces = tuple(allow_namespaces)
         self.tensors: Dict[Any, Any] = {}  # trace tensor id -> meta tensor
-        self.not_replayed: Counter = Counter()  # op -> calls left out (not on the allow-list)
+        self.not_replayed: Counter = Counter()  # why an op was left out -> its calls
 
     def tensor(self, type_name: str, value: Any, shape: Any):
         torch = self.torch
