@@ -94,6 +94,7 @@ def recorders(monkeypatch, tmp_path):
         return real_import(name, package)
 
     _plant(tmp_path)
+    (tmp_path / "libhostile.so").write_bytes(b"\x7fELF not really")  # the path the trace names
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(importlib, "import_module", watched_import)
@@ -114,12 +115,14 @@ def _no_markers(folder: Path) -> None:
 @pytest.mark.parametrize("name", sorted(CORPUS_CASES))
 def test_hostile_nodes_never_run_and_are_reported(name, recorders, tmp_path):
     sys.modules.pop(MARKER_MODULE, None)
+    libraries = set(torch.ops.loaded_libraries)
     result = run_cli("--from-et", CORPUS / name, "-o", tmp_path / "spec.json",
                      "--allow-namespace", "os", "--allow-namespace", "import_module",
                      "--allow-namespace", "builtins", "--allow-namespace", "torch",
                      module=CAPTURE, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert recorders == [] and MARKER_MODULE not in sys.modules
+    assert set(torch.ops.loaded_libraries) == libraries
     _no_markers(tmp_path)
     assert "PRINTED_BY_TRACE" not in result.stdout + result.stderr
     spec = json.loads((tmp_path / "spec.json").read_text())
