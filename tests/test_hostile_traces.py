@@ -488,20 +488,55 @@ def _places(value, path=()):
             yield from _places(item, path + (index,))
 
 
-_BASE = valid_trace()
-_PLACES = [("trace",) + p for p in _places(_BASE[0])] + \
-          [("kineto",) + p for p in _places(_BASE[1])]
+def _with_strides(trace):
+    """The same trace as schema 1.1.1 records it: strides beside shapes."""
+    for node in trace["nodes"]:
+        for side in ("inputs", "outputs"):
+            if isinstance(node.get(side), dict):
+                node[side]["strides"] = [[3, 1] if isinstance(shape, list) and len(shape) == 2
+                                         and all(isinstance(d, int) for d in shape) else []
+                                         for shape in node[side]["shapes"]]
+    return trace
+
+
+def _legacy(trace):
+    """The same trace in the 1.0.x layout: inputs as a list beside input_shapes/input_types,
+    the parent in ``parent``."""
+    for node in trace["nodes"]:
+        node["parent"] = node.pop("ctrl_deps")
+        for side, prefix in (("inputs", "input"), ("outputs", "output")):
+            if isinstance(node.get(side), dict):
+                recorded = node.pop(side)
+                node[side] = recorded["values"]
+                node[f"{prefix}_shapes"] = recorded["shapes"]
+                node[f"{prefix}_types"] = recorded["types"]
+    return trace
+
+
+_BASES = [valid_trace(), (_with_strides(valid_trace()[0]), valid_trace()[1]),
+          (_legacy(valid_trace()[0]), valid_trace()[1])]
+_PLACES = [(base, "trace") + p for base, (trace, _) in enumerate(_BASES)
+           for p in _places(trace)] + [(0, "kineto") + p for p in _places(_BASES[0][1])]
+
+
+@pytest.mark.parametrize("base", range(len(_BASES)))
+def test_every_base_of_the_property_test_captures(base):
+    trace, kineto = copy.deepcopy(_BASES[base])
+    workload = capture_execution_trace(trace, kineto=kineto, target_device="cpu")
+    assert workload.captured_calls == 4 and not workload.skipped
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(st.integers(0, len(_PLACES) - 1), st.booleans(), _JSON),
+@given(st.integers(0, len(_BASES) - 1),
+       st.lists(st.tuples(st.integers(0, len(_PLACES) - 1), st.booleans(), _JSON),
                 min_size=1, max_size=4))
-def test_no_mutation_of_a_valid_trace_raises_anything_but_trace_error(mutations):
-    trace, kineto = copy.deepcopy(_BASE)
+def test_no_mutation_of_a_valid_trace_raises_anything_but_trace_error(base, mutations):
+    trace, kineto = copy.deepcopy(_BASES[base])
     documents = {"trace": trace, "kineto": kineto}
     for index, delete, value in mutations:
-        which, *rest = _PLACES[index]
-        path, key = tuple(rest[:-1]), rest[-1]
+        which_base, which, path, key = _PLACES[index]
+        if which_base != base and which == "trace":
+            continue  # a place in another base's layout
         target = documents[which]
         try:
             for part in path:
@@ -516,9 +551,21 @@ def test_no_mutation_of_a_valid_trace_raises_anything_but_trace_error(mutations)
         workload = capture_execution_trace(trace, kineto=kineto, target_device="cpu")
     except TraceError as exc:
         assert str(exc).startswith("execution trace") or str(exc).startswith("Kineto trace")
+        OUTCOMES["refused"] += 1
         return
-    workload.report()
+    workload.report(workload.spec_and_notes(param_form=True)[1])
     workload.summary_lines()
+    OUTCOMES["captured"] += 1
+
+
+OUTCOMES = {"refused": 0, "captured": 0}
+
+
+def test_the_mutation_test_both_refused_and_captured_mutated_traces():
+    """The property test above is not vacuous: some mutations were refused, some captured."""
+    if OUTCOMES == {"refused": 0, "captured": 0}:
+        pytest.skip("the property test did not run in this process")
+    assert OUTCOMES["refused"] > 0 and OUTCOMES["captured"] > 0, OUTCOMES
 
 
 # --- outputs --------------------------------------------------------------------------------

@@ -48,6 +48,13 @@ def _outputs(node: Dict[str, Any]):
     return outputs or [], node.get("output_shapes") or []
 
 
+def _tensor_id(value: Any) -> Optional[int]:
+    """The trace's id of a recorded tensor value (``[id, storage, offset, ...]``), or None."""
+    if isinstance(value, list) and value and type(value[0]) is int:
+        return value[0]
+    return None
+
+
 class _MetaReplay:
     def __init__(self, allow_namespaces: Sequence[str] = ()):
         import torch
@@ -60,16 +67,17 @@ class _MetaReplay:
     def tensor(self, type_name: str, value: Any, shape: Any):
         torch = self.torch
         element = type_name[len("Tensor("):-1]
-        if element.startswith("nullptr") or not isinstance(value, list) or len(value) < 3:
+        tensor_id = _tensor_id(value)
+        if element.startswith("nullptr") or tensor_id is None or len(value) < 3:
             return None
         if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
             return None
-        known = self.tensors.get(value[0])
+        known = self.tensors.get(tensor_id)
         if known is not None and list(known.shape) == shape:
             return known
         dtype = getattr(torch, DTYPE_NAMES.get(ET_DTYPES.get(element, "float"), "float32"))
         fresh = torch.empty_strided(shape, contiguous_stride(shape), dtype=dtype, device="meta")
-        self.tensors[value[0]] = fresh
+        self.tensors[tensor_id] = fresh
         return fresh
 
     def value(self, type_name: str, value: Any, shape: Any, enum: Optional[str]):
@@ -102,8 +110,8 @@ class _MetaReplay:
             return True
         values, shapes, types = _inputs(node)
         for index, (type_name, value) in enumerate(zip(types, values)):
-            if type_name.startswith("Tensor(") and isinstance(value, list) and value:
-                known = self.tensors.get(value[0])
+            if type_name.startswith("Tensor("):
+                known = self.tensors.get(_tensor_id(value))
                 if known is not None and not known.is_contiguous():
                     return True
             elif type_name == "Int" and value not in (None, 0, 1) and index < len(
@@ -159,8 +167,7 @@ class _MetaReplay:
         """Drop whatever earlier tensors had this node's output ids (taken as contiguous when
         next seen)."""
         for value in _outputs(node)[0]:
-            if isinstance(value, list) and value:
-                self.tensors.pop(value[0], None)
+            self.tensors.pop(_tensor_id(value), None)
 
     def strides_now(self, node: Dict[str, Any]) -> Dict[int, Any]:
         """input index -> the current strides of each tensor input (lists: per item)."""
@@ -168,14 +175,14 @@ class _MetaReplay:
         out: Dict[int, Any] = {}
         for index, (type_name, value) in enumerate(zip(types, values)):
             shape = shapes[index] if index < len(shapes) else None
-            if type_name.startswith("Tensor(") and isinstance(value, list) and value:
-                known = self.tensors.get(value[0])
+            if type_name.startswith("Tensor("):
+                known = self.tensors.get(_tensor_id(value))
                 if known is not None and list(known.shape) == shape:
                     out[index] = list(known.stride())
             elif type_name.startswith("GenericList[") and isinstance(value, list):
                 items = []
                 for item_index, item in enumerate(value):
-                    known = self.tensors.get(item[0]) if isinstance(item, list) and item else None
+                    known = self.tensors.get(_tensor_id(item))
                     item_shape = shape[item_index] if isinstance(shape, list) and \
                         item_index < len(shape) else None
                     items.append(list(known.stride()) if known is not None
