@@ -633,3 +633,34 @@ def test_outputs_that_are_fifos_or_directories_are_refused(trace_file, tmp_path)
     result = run_cli("--from-et", trace_file, "-o", tmp_path / "d.json", module=CAPTURE)
     assert result.returncode == 2 and "report" in result.stderr and "is a directory" in \
         result.stderr
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.binary(max_size=400), st.sampled_from(["plain", "gzip", "tar"]))
+def test_any_bytes_read_as_a_trace_give_json_or_trace_error(tmp_path_factory, data, wrapping):
+    path = tmp_path_factory.mktemp("bytes") / "t.json"
+    if wrapping == "gzip":
+        data = gzip.compress(data)
+    elif wrapping == "tar":
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            info = tarfile.TarInfo("t.json")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        data = buffer.getvalue()[:len(buffer.getvalue()) - len(data) % 7]  # often truncated
+    path.write_bytes(data)
+    try:
+        read_json(path, max_bytes=300)
+    except TraceError as exc:
+        assert str(exc).startswith(str(path))
+
+
+def test_run_checks_its_outputs_before_importing_anything(tmp_path):
+    _plant(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "s.json").symlink_to(victim)
+    result = run_cli("--run", f"{MARKER_MODULE}:step", "-o", tmp_path / "s.json",
+                     module=CAPTURE, cwd=tmp_path)
+    assert result.returncode == 2 and "is a symbolic link" in result.stderr
+    assert not (tmp_path / "IMPORT_MARKER").exists() and victim.read_text() == "precious"
