@@ -7,9 +7,8 @@ compute), and an operator named by a trace runs there only when
 - it is ``aten::NAME`` with NAME in ``META_REPLAY_OPS`` below (views, layout and copy ops,
   elementwise math and their in-place ``NAME_`` forms, reductions, matrix products,
   convolutions, normalizations...: ops that compute tensors from tensors and touch nothing
-  else), or an operator of a namespace the user
-  allowed on the command line (``--allow-namespace NS``) that the dispatcher has a Meta kernel
-  for;
+  else), or an operator of a namespace the user allowed on the command line
+  (``--allow-namespace NS``: its library is trusted) with a Meta or composite kernel;
 - the dispatcher's registry has that exact name and overload (``torch._C`` is asked for the
   schemas of the qualified name, a lookup by string that runs nothing); only then is the
   ``OpOverload`` fetched from ``torch.ops`` (the base name is this module's own constant for
@@ -157,7 +156,7 @@ def refusal(namespace: str, base: str, overload: str,
     if not _plain(overload, _IDENTIFIER) or overload not in overloads:
         return f"{label}: no overload {overload!r} is registered"
     if namespace != "aten" and not _has_meta_kernel(namespace, base, overload):
-        return f"{label} has no Meta kernel"
+        return f"{label} has no Meta or composite kernel"
     return None
 
 
