@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.capture.trace_check import check_kineto_trace
 from param_compute.capture.trace_io import read_kineto_trace
 from param_compute.capture.trace_walk import Steps, TraceTree, attr
 
@@ -123,13 +124,15 @@ def _match(tree: TraceTree, cpu: List[Dict[str, Any]], window_ids: Optional[set]
 
 
 def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
-                steps: Optional[Steps] = None) -> KinetoJoin:
+                steps: Optional[Steps] = None, max_bytes: Optional[int] = None) -> KinetoJoin:
     """Join ``nodes`` (the replay-level calls and the left-out ones) of an execution trace to a
-    Kineto trace (a path or its parsed JSON)."""
+    Kineto trace (a path or its parsed JSON; its events checked first, ``TraceError`` naming
+    the event and field that is wrong)."""
     source = None
     if not isinstance(kineto, dict):
         source = str(kineto)
-        kineto = read_kineto_trace(Path(kineto))
+        kineto = read_kineto_trace(Path(kineto), max_bytes)
+    check_kineto_trace(kineto, source or "Kineto trace")
     window = _step_window(kineto, steps)
     window_ids = None
     if steps is not None and steps.selected:

@@ -16,7 +16,6 @@ import copy
 import json
 import logging
 from collections import Counter
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -27,21 +26,22 @@ from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, k
 from param_compute.capture.portable import can_check, missing_kernels
 from param_compute.capture.coverage import summary_lines, time_coverage
 from param_compute.capture.index_rules import index_rules
+from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
+from param_compute.capture.trace_io import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")
 
 
-@lru_cache(maxsize=4096)
 def _overload_problem(namespace: str, base: str, overload: str) -> Optional[str]:
+    """What makes ``namespace::base.overload`` unknown here, or None: the dispatcher's registry
+    is asked by exact name (no operator attribute is looked up from trace text)."""
     import torch
 
-    try:
-        packet = getattr(getattr(torch.ops, namespace), base)
-        overloads = packet.overloads()
-    except (AttributeError, RuntimeError):
+    overloads = registered_overloads(namespace, base)
+    if overloads is None:
         return (f"{namespace}::{base} does not exist in this torch build ({torch.__version__})"
                 + ("" if namespace == "aten" else " or its library is not loaded"))
     if overload not in overloads:
@@ -130,7 +130,7 @@ class CapturedWorkload:
             self._skipped[key] = SkippedOp(op, reason, kind=kind)
         self._skipped[key].count += count
         self._original_skipped.setdefault(op, OriginalTimes()).add(original, count)
-        LOG.debug("not captured: %s (%s): %s", op, kind, reason)
+        LOG.debug("not captured: %s (%s): %s", printable(op, 300), kind, printable(reason, 300))
 
     def add(self, schema: str, args: List[Dict[str, Any]],
             kwargs: Optional[Dict[str, Dict[str, Any]]] = None,
@@ -312,11 +312,12 @@ class CapturedWorkload:
     def write_spec(self, path, spec: Dict[str, Any],
                    param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
         """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
+        from param_compute.results.outputs import write_new
+
         path = Path(path)
-        path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+        write_new(path, json.dumps(spec, indent=1) + "\n")
         report = report_path(path)
-        report.write_text(json.dumps(self.report(param_form_notes), indent=1) + "\n",
-                          encoding="utf-8")
+        write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
         return path, report
 
     def groups(self) -> List[Dict[str, Any]]:
