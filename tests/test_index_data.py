@@ -1,0 +1,213 @@
+"""Integer data with a structure: embedding bags, pooling windows, zipf rows (spec.index_data).
+
+Generated offsets obey embedding_bag's invariants for any sizes (property tests); captured
+embedding_bag calls, forward and backward, replay on generated data for many shapes; max-pool
+indices lie in their windows; zipf draws make hot rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from param_compute.capture import capture_ops
+from param_compute.capture.index_rules import index_rules
+from param_compute.runtime.data import DefaultDataGenerator, materialize, seed_generators
+from param_compute.spec.index_data import (bags_problems, parse_distribution,
+                                           pool_window_problems, structure_problems)
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _bag_tensor(indices, bags, form, lengths="fixed"):
+    shape = {"offsets": [bags], "offsets_with_end": [bags + 1], "offset2bag": [indices],
+             "bag_size": [bags]}[form]
+    spec = {"type": "tensor", "dtype": "long", "shape": shape,
+            "bags": {"indices": indices, "bags": bags, "as": form, "lengths": lengths}}
+    assert structure_problems(spec) == []
+    return materialize(spec, "cpu")
+
+
+bag_sizes = st.integers(1, 64).flatmap(lambda bags: st.tuples(st.integers(0, 400),
+                                                               st.just(bags)))
+
+
+@SETTINGS
+@given(sizes=bag_sizes, lengths=st.sampled_from(["fixed", "uniform"]))
+def test_generated_offsets_obey_embedding_bag_s_invariants(sizes, lengths):
+    indices, bags = sizes
+    offsets = _bag_tensor(indices, bags, "offsets", lengths)
+    with_end = _bag_tensor(indices, bags, "offsets_with_end", lengths)
+    offset2bag = _bag_tensor(indices, bags, "offset2bag", lengths)
+    bag_size = _bag_tensor(indices, bags, "bag_size", lengths)
+    assert offsets.dtype == torch.int64 and offsets.shape == (bags,)
+    assert offsets[0] == 0 and bool((offsets[1:] >= offsets[:-1]).all())
+    assert int(offsets[-1]) <= indices
+    assert torch.equal(with_end[:-1], offsets) and int(with_end[-1]) == indices
+    # the four views describe the same bags
+    assert torch.equal(torch.diff(with_end), bag_size) and int(bag_size.sum()) == indices
+    assert torch.equal(torch.bincount(offset2bag, minlength=bags), bag_size)
+    if lengths == "fixed":  # the mean pooling factor, as evenly as can be
+        assert int(bag_size.max()) - int(bag_size.min()) <= 1
+
+
+def _replayed(spec_calls):
+    """Each captured call's args materialized afresh and the op called on them."""
+    ran = 0
+    for op_name, entry in spec_calls.items():
+        schema = entry["config"][0]["build"][0]["args"][0]["value"]
+        name, _, overload = schema.split("(", 1)[0].partition("::")[2].partition(".")
+        packet = getattr(torch.ops.aten, name)
+        op = getattr(packet, overload or "default")
+        for config in entry["config"]:
+            for asl in config["input"]:
+                args, kwargs = DefaultDataGenerator().get_data(asl, "cpu")
+                op(*args, **kwargs)
+                ran += 1
+    return ran
+
+
+@SETTINGS
+@given(rows=st.integers(1, 300), dim=st.integers(1, 16), bags=st.integers(1, 24),
+       pooling=st.integers(0, 12), mode=st.sampled_from(["sum", "mean", "max"]),
+       include_last=st.booleans(), weighted=st.booleans(), padding=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_captured_embedding_bag_replays_on_generated_data(rows, dim, bags, pooling, mode,
+                                                          include_last, weighted, padding, seed):
+    torch.manual_seed(seed)
+    total = bags * pooling
+    weight = torch.randn(rows, dim, requires_grad=True)
+    indices = torch.randint(0, rows, (total,))
+    offsets = torch.arange(0, bags + include_last) * pooling
+    per_sample = torch.rand(total) if weighted and mode == "sum" else None
+    with capture_ops() as cap:
+        out = nn.functional.embedding_bag(indices, weight, offsets, mode=mode,
+                                          per_sample_weights=per_sample,
+                                          include_last_offset=include_last,
+                                          padding_idx=0 if padding else None)
+        out.sum().backward()
+    spec = {op: entry for op, entry in cap.spec().items() if "embedding_bag" in op}
+    assert not [s for s in cap.skipped if "embedding_bag" in s.op]
+    assert any("_embedding_bag" in op and "backward" not in op for op in spec)
+    seed_generators(seed + 1)
+    assert _replayed(spec) >= 2  # forward and backward, on generated (not captured) data
+
+
+def _window_ok(index, out_pos, size, kernel, stride, padding, dilation):
+    offset = index + padding - out_pos * stride
+    return 0 <= index < size and offset % dilation == 0 and 0 <= offset // dilation < kernel
+
+
+@SETTINGS
+@given(size=st.tuples(st.integers(1, 12), st.integers(1, 12)), kernel=st.integers(1, 4),
+       stride=st.integers(1, 3), dilation=st.integers(1, 2), ceil=st.booleans(),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_max_pool_backward_indices_lie_in_their_windows(size, kernel, stride, dilation, ceil,
+                                                        seed, data):
+    padding = data.draw(st.integers(0, kernel // 2))
+    if any((s + 2 * padding - dilation * (kernel - 1) - 1) < 0 for s in size):
+        return  # no output
+    image = torch.randn(1, 2, *size, requires_grad=True)
+    with capture_ops() as cap:
+        out = nn.functional.max_pool2d(image, kernel, stride, padding, dilation, ceil)
+        out.sum().backward()
+    entry = cap.spec()["aten::max_pool2d_with_indices_backward"]
+    asl = entry["config"][0]["input"][0]
+    [spec] = [a for a in asl["args"] if a.get("dtype") == "long"]
+    if "pool_window" not in spec:
+        # A window wholly in the padding: no valid structure (torch itself returns an index
+        # outside the plane there, which the live capture recorded as the range).
+        assert "value_range" in spec
+        window = {"input": list(size), "kernel": [kernel] * 2, "stride": [stride] * 2,
+                  "padding": [padding] * 2, "dilation": [dilation] * 2}
+        assert "lies outside the input" in pool_window_problems(window, spec["shape"])[0][1]
+        return
+    seed_generators(seed)
+    indices = materialize(spec, "cpu")
+    height, width = size
+    out_h, out_w = indices.shape[-2:]
+    for oh in range(out_h):
+        for ow in range(out_w):
+            for flat in indices[..., oh, ow].flatten().tolist():
+                assert _window_ok(flat // width, oh, height, kernel, stride, padding, dilation)
+                assert _window_ok(flat % width, ow, width, kernel, stride, padding, dilation)
+    assert _replayed({"aten::max_pool2d_with_indices_backward": entry}) == 1
+
+
+def test_zipf_makes_hot_rows_and_uniform_does_not():
+    rows, draws = 1000, 50_000
+    base = {"type": "tensor", "dtype": "long", "shape": [draws], "value_range": [0, rows - 1]}
+    shares = {}
+    for distribution in ("uniform", "zipf:1.2"):
+        seed_generators(3)
+        values = materialize({**base, "distribution": distribution}, "cpu")
+        assert 0 <= int(values.min()) and int(values.max()) < rows
+        counts = torch.bincount(values, minlength=rows).sort(descending=True).values
+        shares[distribution] = float(counts[:10].sum()) / draws  # the hottest 1% of rows
+    assert shares["uniform"] < 0.03
+    assert shares["zipf:1.2"] > 0.4
+    # hot rows are spread over the table, not its first rows
+    seed_generators(3)
+    values = materialize({**base, "distribution": "zipf:1.2"}, "cpu")
+    hottest = torch.bincount(values, minlength=rows).topk(5).indices
+    assert int(hottest.max()) - int(hottest.min()) > 100
+
+
+def test_uniform_draws_are_the_same_as_before_the_distribution_key():
+    spec = {"type": "tensor", "dtype": "long", "shape": [64], "value_range": [0, 9]}
+    seed_generators(7)
+    plain = materialize(spec, "cpu")
+    seed_generators(7)
+    named = materialize({**spec, "distribution": "uniform"}, "cpu")
+    seed_generators(7)
+    assert torch.equal(plain, named)
+    assert torch.equal(plain, torch.randint(0, 10, (64,)))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("zipf:0", "finite number > 0"), ("zipf:abc", "must be a number"), ("zipf", "unknown"),
+    ("normal", "unknown distribution"), (3, "is \"uniform\" or"), ("zipf:inf", "finite")])
+def test_bad_distributions_say_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_distribution(text)
+
+
+def test_structure_checks_name_the_problem():
+    assert bags_problems({"indices": -1, "bags": 2, "as": "offsets"}, [2]) == [
+        (("indices",), "indices must be an integer >= 0, got -1")]
+    assert bags_problems({"indices": 4, "bags": 0, "as": "offsets"}, [0]) == [
+        (("bags",), "4 indices need at least one bag")]
+    assert bags_problems({"indices": 4, "bags": 2, "as": "ends", "lenghts": 1}, [2])[0] == (
+        ("lenghts",), "unknown key 'lenghts' (known: indices, bags, as, lengths)")
+    assert pool_window_problems({"input": [4], "kernel": [0], "stride": [1], "padding": [0],
+                                 "dilation": [1]}, [1, 4])[0][1].startswith("kernel must be")
+    float_bags = {"type": "tensor", "dtype": "float", "shape": [2],
+                  "bags": {"indices": 4, "bags": 2, "as": "offsets"}}
+    assert structure_problems(float_bags)[0][1] == "bags applies to integer tensors, not float"
+    both = {"type": "tensor", "dtype": "long", "shape": [2], "value_range": [0, 3],
+            "bags": {"indices": 4, "bags": 2, "as": "offsets"}}
+    assert structure_problems(both)[0][:2] == (("value_range",), "value_range cannot be "
+                                               "combined with bags, which decides the values "
+                                               "(and a contiguous layout)")
+
+
+def test_recorded_ranges_are_kept_and_offsets_get_their_structure():
+    """A trace's integral range for indices wins; offsets get a bags view whatever was
+    recorded (sorted offsets are not a range)."""
+    named = {"weight": {"type": "tensor", "dtype": "float", "shape": [100, 4]},
+             "indices": {"type": "tensor", "dtype": "long", "shape": [30],
+                         "value_range": [5, 17]},
+             "offsets": {"type": "tensor", "dtype": "long", "shape": [11],
+                         "value_range": [0, 27]},
+             "include_last_offset": {"type": "bool", "value": True}}
+    assert index_rules("_embedding_bag", named) is None
+    assert named["indices"]["value_range"] == [5, 17]
+    assert named["offsets"] == {"type": "tensor", "dtype": "long", "shape": [11],
+                                "bags": {"indices": 30, "bags": 10, "as": "offsets_with_end"}}
+    empty = {"weight": named["weight"], "indices": named["indices"],
+             "offsets": {"type": "tensor", "dtype": "long", "shape": [0]}}
+    assert "no bag to hold them" in index_rules("_embedding_bag", empty)
