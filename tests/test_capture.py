@@ -475,6 +475,9 @@ def test_cli_run_captures_a_users_function(tmp_path):
                      module="param_compute.cli.capture", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     spec = json.loads(spec_path.read_text())
+    settings = spec.pop("__capture__")  # not an operator: the settings the step ran with
+    assert settings["device"] == "cpu" and settings["source"] == "--run user_step:step"
+    assert isinstance(settings["num_threads"], int) and settings["num_threads"] >= 1
     assert _counts(spec)["aten::addmm"] == 4  # two layers, two captured steps
     assert {"aten::threshold_backward", "aten::mm"} <= set(spec)
     bad = run_cli("--run", "user_step:nothing", "-o", spec_path, module="param_compute.cli.capture",

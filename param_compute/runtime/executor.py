@@ -17,6 +17,7 @@ import torch
 
 from param_compute.runtime.ranges import (Annotator, iteration_range_name, iteration_ranges,
                                             phase_range_name, run_range_name)
+from param_compute.runtime.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
@@ -124,6 +125,9 @@ class Executor:
         self.spec = context.spec
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
+        self.cold = ColdCache(options.cold, self.device.name) if options.cold else None
+        if self.cold is not None and self.cold.flush is not None:
+            self.device.clock.barrier = self.cold.flush  # the pre-call hook of discrete mode
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
@@ -155,11 +159,20 @@ class Executor:
                 args, kwargs = self._phase("data", lambda: self._generator(
                     op_spec.input_data_generator).get_data(run.input, self.options.device))
                 fn, setup = self._phase("forward", lambda: self._bind(op, args, kwargs))
+                timed, copies = fn, 1
+                if self.cold is not None:  # --cold: rotate among copies of the inputs
+                    timed, copies = self._phase("data", lambda: self._cold_copies(
+                        run, op, op_spec, fn, args, kwargs))
                 passes.append(self._phase("forward", lambda: self._forward(
-                    run, fn, setup, args, kwargs)))
+                    run, timed, setup, args, kwargs)))
+                del timed
                 if self.options.backward:
                     passes.append(self._phase("backward", lambda: self._backward(
                         run, op, fn, args, kwargs)))
+                if self.cold is not None:
+                    for result in passes:
+                        result.extra.update(self.cold.metric(
+                            copies if result.name == "forward" else 1))
                 verdict = (self._phase("verify", lambda: self._verify(op, fn, args, kwargs))
                            if self.options.verify else None)
         except _PhaseError as failure:
@@ -181,6 +194,17 @@ class Executor:
             self.built.release()
             self.device.release_cached_memory()
         return record
+
+    def _cold_copies(self, run: PlannedRun, op, op_spec, fn, args, kwargs):
+        """(the forward callable, copies) for ``--cold``: more copies of the inputs (the same
+        values: the generator reseeded for each) bound in turn until they exceed the cache."""
+        def bind_copy():
+            self.seed_run(run.key)
+            more_args, more_kwargs = self._generator(op_spec.input_data_generator).get_data(
+                run.input, self.options.device)
+            return op.bind_forward(more_args, more_kwargs)
+
+        return self.cold.forward(fn, tensor_bytes(args) + tensor_bytes(kwargs), bind_copy)
 
     def _check_memory(self, run: PlannedRun, op_spec) -> None:
         """Refuse the run if its data, build data and built weights (estimated: see
