@@ -14,8 +14,13 @@ Checks (exit 1 on a miss):
 * nothing of the embedding ops was left out at capture, and every embedding config
   (``_embedding_bag``, its backward ops) was measured by the replay (status ok).
 
+* the spec's ``__capture__`` says 1 thread on cpu (the Kineto trace carries the thread count
+  as metadata).
+
 The table shows per op the original CPU time (Kineto, Σ per call x count, profiler cost
-included) beside the replayed Σ median x count.
+included) beside the replayed Σ median x count. A second table replays the embedding configs
+alone, warm, with ``--cold`` (rotate) and with zipf-distributed rows, to show what the
+cache and the row distribution do to them.
 
     python bench/dlrm_coverage.py                  # the sizes above
     python bench/dlrm_coverage.py --quick          # small tables, a smoke test
@@ -81,6 +86,7 @@ def record(directory: Path, tables: int, rows: int, dim: int, batch: int, poolin
     et_path, kineto_path = directory / "dlrm_et.json", directory / "dlrm_kineto.json"
     observer = ExecutionTraceObserver().register_callback(str(et_path))
     with profile(activities=[ProfilerActivity.CPU], execution_trace_observer=observer) as prof:
+        prof.add_metadata("num_threads", str(torch.get_num_threads()))  # -> __capture__
         step()
     prof.export_chrome_trace(str(kineto_path))
     return et_path, kineto_path
@@ -124,7 +130,43 @@ def main(argv=None) -> int:
             console.print(f"[red]replay exited {replay.returncode}[/red]: "
                           f"{replay.stderr[-2000:]}")
         records = read_results(results).records
-        return _report(report, records, sizes, args.distribution)
+        settings = json.loads(spec.read_text()).get("__capture__")
+        status = _report(report, records, sizes, args.distribution, settings)
+        _variants(spec, directory, args.iterations)
+        return status
+
+
+#: The embedding configs replayed again under these settings (label, flags, distribution).
+VARIANTS = [("warm, uniform rows", [], None), ("--cold rotate", ["--cold"], None),
+            ("--cold flush", ["--cold", "flush"], None), ("zipf:1.05 rows", [], "zipf:1.05")]
+
+
+def _variants(spec_path: Path, directory: Path, iterations: int) -> None:
+    """The embedding configs alone, replayed warm, cold and with hot rows."""
+    spec = json.loads(spec_path.read_text())
+    embedding = {op: entry for op, entry in spec.items() if "embedding" in op}
+    table = Table(title="embedding configs replayed alone (Σ median x count, ms)")
+    table.add_column("setting")
+    for op in embedding:
+        table.add_column(op.replace("aten::", ""), justify="right")
+    for label, flags, distribution in VARIANTS:
+        variant = directory / "dlrm_embedding.json"
+        variant.write_text(json.dumps(embedding))
+        if distribution:
+            _with_distribution(variant, distribution)
+        out = directory / "dlrm_embedding_results.json"
+        run = _python("param_compute.run_benchmark", "-c", str(variant), "-w", "1", "-i",
+                      str(iterations), "--no-progress", "--output", str(out),
+                      "--max-memory", "none", *flags)
+        if run.returncode != 0:
+            table.add_row(label, *["failed"] * len(embedding))
+            continue
+        totals = WorkloadTotals()
+        for record in read_results(out).records:
+            totals.add_json(record)
+        table.add_row(label, *[f"{totals.by_op[op].total_ms:.2f}" if op in totals.by_op
+                               else "-" for op in embedding])
+    console.print(table)
 
 
 def _with_distribution(spec_path: Path, distribution: str) -> None:
@@ -141,7 +183,7 @@ def _with_distribution(spec_path: Path, distribution: str) -> None:
     spec_path.write_text(json.dumps(spec))
 
 
-def _report(report, records, sizes, distribution) -> int:
+def _report(report, records, sizes, distribution, settings) -> int:
     original = report.get("original_time") or {}
     captured_us = (original.get("captured_us") or {}).get("cpu") or 0.0
     total_us = (original.get("total_us") or {}).get("cpu") or 0.0
@@ -172,6 +214,8 @@ def _report(report, records, sizes, distribution) -> int:
         (f"embedding configs measured: {len(embedding) - len(failed)} of {len(embedding)}",
          bool(embedding) and not failed),
         (f"replayed Σ median x count {totals.total_ms:.1f} ms over {totals.calls} calls", True),
+        (f"__capture__ {settings}", bool(settings) and settings.get("num_threads") == 1
+         and settings.get("device") == "cpu"),
     ]
     for text, ok in checks:
         console.print(("[green]ok  [/green] " if ok else "[red]MISS[/red] ") + text)
