@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -17,7 +17,8 @@ from param_compute.capture import capture_ops
 from param_compute.capture.index_rules import index_rules
 from param_compute.runtime.data import DefaultDataGenerator, materialize, seed_generators
 from param_compute.spec.index_data import (bags_problems, parse_distribution,
-                                           pool_window_problems, structure_problems)
+                                           pool_window_problems, structure_problems,
+                                           window_taps)
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -97,6 +98,17 @@ def test_captured_embedding_bag_replays_on_generated_data(rows, dim, bags, pooli
     assert _replayed(spec) >= 2  # forward and backward, on generated (not captured) data
 
 
+def _pooled(size, kernel, stride, padding, dilation, ceil):
+    """torch's pooled output size along one dim."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    if span < 0:
+        return 0
+    out = (span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
 def _window_ok(index, out_pos, size, kernel, stride, padding, dilation):
     offset = index + padding - out_pos * stride
     return 0 <= index < size and offset % dilation == 0 and 0 <= offset // dilation < kernel
@@ -109,8 +121,12 @@ def _window_ok(index, out_pos, size, kernel, stride, padding, dilation):
 def test_max_pool_backward_indices_lie_in_their_windows(size, kernel, stride, dilation, ceil,
                                                         seed, data):
     padding = data.draw(st.integers(0, kernel // 2))
-    if any((s + 2 * padding - dilation * (kernel - 1) - 1) < 0 for s in size):
-        return  # no output
+    outs = [_pooled(n, kernel, stride, padding, dilation, ceil) for n in size]
+    # Only windows with a tap inside the input: where a window lies wholly in the padding,
+    # torch's own max_pool2d backward writes out of bounds (an abort), nothing to replay.
+    assume(min(outs) > 0 and not any(
+        first > last for n, out in zip(size, outs)
+        for first, last in window_taps(out, n, kernel, stride, padding, dilation)))
     image = torch.randn(1, 2, *size, requires_grad=True)
     with capture_ops() as cap:
         out = nn.functional.max_pool2d(image, kernel, stride, padding, dilation, ceil)
@@ -118,14 +134,7 @@ def test_max_pool_backward_indices_lie_in_their_windows(size, kernel, stride, di
     entry = cap.spec()["aten::max_pool2d_with_indices_backward"]
     asl = entry["config"][0]["input"][0]
     [spec] = [a for a in asl["args"] if a.get("dtype") == "long"]
-    if "pool_window" not in spec:
-        # A window wholly in the padding: no valid structure (torch itself returns an index
-        # outside the plane there, which the live capture recorded as the range).
-        assert "value_range" in spec
-        window = {"input": list(size), "kernel": [kernel] * 2, "stride": [stride] * 2,
-                  "padding": [padding] * 2, "dilation": [dilation] * 2}
-        assert "lies outside the input" in pool_window_problems(window, spec["shape"])[0][1]
-        return
+    assert "value_range" not in spec and spec["shape"] == [1, 2] + outs
     seed_generators(seed)
     indices = materialize(spec, "cpu")
     height, width = size
@@ -185,6 +194,15 @@ def test_structure_checks_name_the_problem():
         ("lenghts",), "unknown key 'lenghts' (known: indices, bags, as, lengths)")
     assert pool_window_problems({"input": [4], "kernel": [0], "stride": [1], "padding": [0],
                                  "dilation": [1]}, [1, 4])[0][1].startswith("kernel must be")
+    listed = {"type": "tensor", "dtype": "int", "shape": [2, 2], "values": [0, 1, 2]}
+    assert structure_problems(listed)[0][:2] == (
+        ("values",), "3 values for a tensor of shape [2, 2] (4 elements)")
+    listed["values"] = [0, 1, 2, 1 << 40]
+    assert structure_problems(listed)[0][:2] == (("values", 3),
+                                                 "1099511627776 does not fit a int tensor")
+    listed["values"] = [0, 1, 2, 3]
+    assert structure_problems(listed) == []
+    assert materialize(listed, "cpu").tolist() == [[0, 1], [2, 3]]
     float_bags = {"type": "tensor", "dtype": "float", "shape": [2],
                   "bags": {"indices": 4, "bags": 2, "as": "offsets"}}
     assert structure_problems(float_bags)[0][1] == "bags applies to integer tensors, not float"
@@ -211,3 +229,70 @@ def test_recorded_ranges_are_kept_and_offsets_get_their_structure():
     empty = {"weight": named["weight"], "indices": named["indices"],
              "offsets": {"type": "tensor", "dtype": "long", "shape": [0]}}
     assert "no bag to hold them" in index_rules("_embedding_bag", empty)
+
+
+def _tbe_step(rows, dim, batch, pooling):
+    fbgemm = pytest.importorskip("fbgemm_gpu.split_table_batched_embeddings_ops_training")
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+
+    tbe = fbgemm.SplitTableBatchedEmbeddingBagsCodegen(
+        [(r, dim, EmbeddingLocation.HOST, fbgemm.ComputeDevice.CPU) for r in rows],
+        optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1)
+    indices = torch.cat([torch.randint(0, r, (batch * pooling,)) for r in rows])
+    offsets = torch.arange(0, len(rows) * batch * pooling + 1, pooling)
+    tbe(indices, offsets).sum().backward()  # warm-up, outside the capture
+    with capture_ops(allow_namespaces=["fbgemm"]) as cap:
+        tbe(indices, offsets).sum().backward()
+    return cap
+
+
+@pytest.mark.parametrize("rows", [[100, 200, 300], [64, 64]])
+def test_fbgemm_tbe_calls_replay_on_rebuilt_tables_that_pass_fbgemm_s_bounds_check(rows):
+    cap = _tbe_step(rows, dim=8, batch=4, pooling=3)
+    spec = cap.spec()
+    assert not [s for s in cap.skipped if s.op.startswith("fbgemm::")]
+    [lookup] = [op for op in spec if op.startswith("fbgemm::split_embedding_codegen_")]
+    args = spec[lookup]["config"][0]["input"][0]["args"]
+    tables = len(rows)
+    total_rows = sum(rows)
+    split = [total_rows // tables + (t < total_rows % tables) for t in range(tables)]
+    cumsum = [sum(split[:t]) for t in range(tables + 1)]
+    values = [a.get("values") for a in args if isinstance(a, dict)]
+    assert [8 * t for t in range(tables + 1)] in values  # D_offsets
+    assert cumsum in values  # hash_size_cumsum: the rows split evenly
+    [indices] = [a for a in args if isinstance(a, dict) and a.get("shape") == [tables * 12]]
+    assert indices["value_range"][1] <= min(split) - 1
+    # fbgemm's own bounds check finds nothing to fix in the generated data
+    check = spec["fbgemm::bounds_check_indices"]["config"][0]["input"][0]
+    seed_generators(5)
+    made, _ = DefaultDataGenerator().get_data(check, "cpu")
+    before = made[1].clone()
+    torch.ops.fbgemm.bounds_check_indices(*made)
+    assert int(made[4].sum()) == 0 and torch.equal(made[1], before)
+    for op in spec:  # and every captured fbgemm call runs on its generated data
+        if op.startswith("fbgemm::"):
+            schema = spec[op]["config"][0]["build"][0]["args"][0]["value"]
+            name = schema.split("(", 1)[0].split("::", 1)[1]
+            fn = getattr(torch.ops.fbgemm, name.split(".")[0])
+            made, kwargs = DefaultDataGenerator().get_data(spec[op]["config"][0]["input"][0],
+                                                           "cpu")
+            fn(*made, **kwargs)
+
+
+def test_tables_of_different_widths_are_refused_with_the_reason():
+    from param_compute.capture.tbe_rules import tbe_rule
+
+    long = {"type": "tensor", "dtype": "long"}
+    named = {"D_offsets": {**long, "dtype": "int", "shape": [3]},
+             "hash_size_cumsum": {**long, "shape": [3]},
+             "host_weights": {"type": "tensor", "dtype": "float", "shape": [96]},
+             "total_D": {"type": "int", "value": 12}, "max_D": {"type": "int", "value": 8},
+             "indices": {**long, "shape": [10]}, "offsets": {**long, "shape": [5]}}
+    assert "tables of different widths" in tbe_rule(named)
+    named["total_D"]["value"] = 16
+    assert tbe_rule(named) is None
+    assert named["hash_size_cumsum"]["values"] == [0, 6, 12]  # 96 / 8 rows in two tables
+    assert named["offsets"]["bags"] == {"indices": 10, "bags": 4, "as": "offsets_with_end"}
+    named["B_offsets"] = {**long, "shape": [3]}
+    assert "B_offsets" in tbe_rule(named)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any, Callable, Dict, List, Optional
 
+from param_compute.capture.tbe_rules import TBE_PREFIXES, tbe_rule
 from param_compute.capture.values import INTEGER_SPEC_DTYPES as INTEGER_DTYPES
 from param_compute.spec.index_data import STRUCTURE_KEYS, pool_window_problems
 
@@ -333,4 +334,6 @@ def index_rules(base: str, named: Named) -> Optional[str]:
     rule = RULES.get(base)
     if rule is None and base.lstrip("_").startswith(_ALONG_DIM_PREFIXES):
         rule = _along_dim("self", "dim", "index")
+    if rule is None and base.startswith(TBE_PREFIXES):  # fbgemm's table-batched embeddings
+        rule = tbe_rule
     return rule(named) if rule is not None else None

@@ -92,6 +92,8 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
         if tuple(tensor.shape) != shape:
             raise ValueError(f"bags: a {spec['bags'].get('as')} tensor has shape "
                              f"{list(tensor.shape)}, not {list(shape)}")
+    elif "values" in spec:
+        tensor = torch.tensor(spec["values"], dtype=dtype, device=device).reshape(shape)
     elif "pool_window" in spec:
         tensor = pool_window_values(shape, spec["pool_window"], dtype, device)
     else:

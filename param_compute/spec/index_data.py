@@ -19,6 +19,10 @@ through ``parse_distribution``. Torch-free.
   the first N mod B one more) or ``uniform`` (each index falls in a bag chosen uniformly at random,
   the same split for every tensor with the same N and B, so the args of one config agree).
 
+``values``: the tensor's values themselves, a flat list of ``prod(shape)`` integers (at most
+  ``MAX_VALUES``): the small metadata tensors whose values are what the op is about (the per-table
+  row counts and offsets of a table-batched embedding, ``capture.tbe_rules``).
+
 ``pool_window``: the tensor holds max-pooling indices (``max_pool*_with_indices_backward``):
   ``{"input": [spatial dims], "kernel": [...], "stride": [...], "padding": [...],
   "dilation": [...]}``, one entry per spatial dim; each element lies in its output position's
@@ -39,7 +43,13 @@ BAG_LENGTHS = ("fixed", "uniform")
 BAG_KEYS = ("indices", "bags", "as", "lengths")
 POOL_KEYS = ("input", "kernel", "stride", "padding", "dilation")
 #: Keys that decide a tensor's values (with them, ``value_range`` has no say).
-STRUCTURE_KEYS = ("bags", "pool_window")
+STRUCTURE_KEYS = ("bags", "pool_window", "values")
+#: The most values a ``values`` list may hold.
+MAX_VALUES = 1 << 16
+#: The integers each integer dtype holds.
+_INT_BOUNDS = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
+               "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+               "uint8": (0, 255)}
 
 
 def _is_int(value: Any) -> bool:
@@ -150,6 +160,23 @@ def pool_window_problems(window: Any, shape: Any) -> List[Tuple[tuple, str]]:
     return problems
 
 
+def values_problems(values: Any, shape: Any, dtype: Any) -> List[Tuple[tuple, str]]:
+    """(sub-path, message) for each problem of a ``values`` list on a tensor of ``shape``."""
+    from param_compute.dtypes import DTYPE_NAMES
+
+    if not isinstance(values, list) or len(values) > MAX_VALUES \
+            or not all(map(_is_int, values)):
+        return [((), f"values is a list of at most {MAX_VALUES} integers")]
+    if isinstance(shape, list) and all(map(_is_int, shape)) and len(values) != math.prod(shape):
+        return [((), f"{len(values)} values for a tensor of shape {shape} "
+                     f"({math.prod(shape)} elements)")]
+    low, high = _INT_BOUNDS.get(DTYPE_NAMES.get(dtype, ""), (-math.inf, math.inf))
+    for i, value in enumerate(values):
+        if not low <= value <= high:
+            return [((i,), f"{value} does not fit a {dtype} tensor")]
+    return []
+
+
 def structure_problems(spec: dict) -> List[Tuple[tuple, str, Optional[str]]]:
     """(path under the tensor spec, message, hint) for each problem of the keys this module
     owns, on one tensor data spec (dtype and shape taken as given when they are plain)."""
@@ -172,15 +199,16 @@ def structure_problems(spec: dict) -> List[Tuple[tuple, str, Optional[str]]]:
             out.append((("distribution",), str(exc), None))
     structure = [key for key in STRUCTURE_KEYS if key in spec]
     if len(structure) > 1:
-        out.append(((structure[1],), "bags and pool_window both decide the values: give one",
-                    None))
+        out.append(((structure[1],), f"{structure[0]} and {structure[1]} both decide the "
+                                     "values: give one", None))
     for key in structure:
         for other in ("value_range", "distribution", "stride", "storage_offset"):
             if other in spec:
                 out.append(((other,), f"{other} cannot be combined with {key}, which decides "
                                       "the values (and a contiguous layout)",
                             f"drop {other}"))
-    check = {"bags": bags_problems, "pool_window": pool_window_problems}
+    check = {"bags": bags_problems, "pool_window": pool_window_problems,
+             "values": lambda values, shape: values_problems(values, shape, dtype)}
     for key in structure[:1]:
         for where, message in check[key](spec[key], spec.get("shape")):
             out.append(((key,) + where, message, None))
