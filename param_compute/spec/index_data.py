@@ -33,7 +33,9 @@ through ``parse_distribution``. Torch-free.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
+
+from param_compute.dtypes import DTYPE_NAMES
 
 #: The default ``distribution``.
 UNIFORM = "uniform"
@@ -162,8 +164,6 @@ def pool_window_problems(window: Any, shape: Any) -> List[Tuple[tuple, str]]:
 
 def values_problems(values: Any, shape: Any, dtype: Any) -> List[Tuple[tuple, str]]:
     """(sub-path, message) for each problem of a ``values`` list on a tensor of ``shape``."""
-    from param_compute.dtypes import DTYPE_NAMES
-
     if not isinstance(values, list) or len(values) > MAX_VALUES \
             or not all(map(_is_int, values)):
         return [((), f"values is a list of at most {MAX_VALUES} integers")]
@@ -180,8 +180,6 @@ def values_problems(values: Any, shape: Any, dtype: Any) -> List[Tuple[tuple, st
 def structure_problems(spec: dict) -> List[Tuple[tuple, str, Optional[str]]]:
     """(path under the tensor spec, message, hint) for each problem of the keys this module
     owns, on one tensor data spec (dtype and shape taken as given when they are plain)."""
-    from param_compute.dtypes import DTYPE_NAMES
-
     present = [key for key in ("distribution",) + STRUCTURE_KEYS if key in spec]
     if not present:
         return []
