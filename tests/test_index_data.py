@@ -76,17 +76,19 @@ def _replayed(spec_calls):
 @given(rows=st.integers(1, 300), dim=st.integers(1, 16), bags=st.integers(1, 24),
        pooling=st.integers(0, 12), mode=st.sampled_from(["sum", "mean", "max"]),
        include_last=st.booleans(), weighted=st.booleans(), padding=st.booleans(),
-       seed=st.integers(0, 2**16))
+       sparse=st.booleans(), seed=st.integers(0, 2**16))
 def test_captured_embedding_bag_replays_on_generated_data(rows, dim, bags, pooling, mode,
-                                                          include_last, weighted, padding, seed):
+                                                          include_last, weighted, padding,
+                                                          sparse, seed):
     torch.manual_seed(seed)
     total = bags * pooling
     weight = torch.randn(rows, dim, requires_grad=True)
     indices = torch.randint(0, rows, (total,))
     offsets = torch.arange(0, bags + include_last) * pooling
-    per_sample = torch.rand(total) if weighted and mode == "sum" else None
+    per_sample = torch.rand(total, requires_grad=True) if weighted and mode == "sum" else None
     with capture_ops() as cap:
         out = nn.functional.embedding_bag(indices, weight, offsets, mode=mode,
+                                          sparse=sparse and mode != "max",
                                           per_sample_weights=per_sample,
                                           include_last_offset=include_last,
                                           padding_idx=0 if padding else None)
@@ -96,6 +98,12 @@ def test_captured_embedding_bag_replays_on_generated_data(rows, dim, bags, pooli
     assert any("_embedding_bag" in op and "backward" not in op for op in spec)
     seed_generators(seed + 1)
     assert _replayed(spec) >= 2  # forward and backward, on generated (not captured) data
+    backward = {op for op in spec if "backward" in op}
+    if sparse and mode != "max" and total:
+        assert "aten::_embedding_bag_sparse_backward" in backward or \
+            "aten::_embedding_bag_backward" in backward
+    if per_sample is not None and total:
+        assert "aten::_embedding_bag_per_sample_weights_backward" in backward
 
 
 def _pooled(size, kernel, stride, padding, dilation, ceil):
