@@ -23,6 +23,20 @@ ITEM_SIZE = {
 }
 
 
+#: torch dtype name -> the short form tables print (``bf16``).
+SHORT_NAMES = {
+    "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
+    "int64": "i64", "int8": "i8", "int16": "i16", "uint8": "u8", "bool": "bool",
+    "complex64": "c64", "complex128": "c128",
+}
+
+
+def short_dtype(name: object) -> str:
+    """``float`` / ``torch.bfloat16`` / ``bfloat16`` -> ``f32`` / ``bf16`` (unknown: as given)."""
+    text = str(name).removeprefix("torch.")
+    return SHORT_NAMES.get(DTYPE_NAMES.get(text, text), text)
+
+
 def is_differentiable(spec_dtype: str) -> bool:
     return DTYPE_NAMES.get(spec_dtype) in DIFFERENTIABLE
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,16 @@ from zygote import ZYGOTE, Forked
 # worker's assertion rewriting of the test modules. The caches go to __pycache__ (git-ignored).
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# The suite never reads or writes the user's caches (a calibrated peaks cache would give runs
+# utilization the tests do not expect): each test process gets an empty cache home of its own,
+# set here, before the zygote or any other process starts, so all of them inherit it.
+SANDBOX_CACHE = Path(tempfile.mkdtemp(prefix="param_compute-test-cache-"))
+os.environ.pop("PARAM_COMPUTE_CACHE_DIR", None)
+os.environ["XDG_CACHE_HOME"] = str(SANDBOX_CACHE)
+_SANDBOX_OWNER = os.getpid()  # a forked child exiting through atexit must not remove it
+atexit.register(lambda: os.getpid() == _SANDBOX_OWNER
+                and shutil.rmtree(SANDBOX_CACHE, ignore_errors=True))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CONFIGS = REPO.parent / "shared" / "param-configs"

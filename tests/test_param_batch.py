@@ -87,3 +87,19 @@ def test_unusable_batches_exit_2_with_a_message(tmp_path, capsys):
     assert "config_build_id 'x' is not CONFIG|BUILD" in capsys.readouterr().err
     assert run_batch(["-s", "param_compute_no_such_block"]) == 2
     assert "shared memory 'param_compute_no_such_block'" in capsys.readouterr().err
+
+
+def test_a_param_batch_file_gets_run_benchmarks_memory_guard(tmp_path, capsys):
+    """PARAM's run_options have no memory limit: the default guard (half the memory available)
+    applies, as in run_benchmark, so a 4 TiB tensor is refused, not allocated."""
+    batch = _param_batch(pass_type="ExecutionPass.FORWARD")
+    batch["op_info"]["config"][0]["input"] = [
+        {"id": "huge", "args": [tensor(2 ** 20, 2 ** 20), tensor(2 ** 20, 8)]},
+        {"id": "small", "args": [tensor(8, 4), tensor(4, 8)]}]
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps(batch))
+    assert run_batch(["-f", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("torch.mm|3|0|huge: error (memory): MemoryLimitExceeded: the "
+                             "config's tensors need an estimated 4 TiB")
+    assert out[1].startswith("torch.mm|3|0|small: ok: forward median ")

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 import param_compute
 import param_compute.lib.operator
@@ -340,3 +341,120 @@ def test_built_in_workloads_a_script_imported_stay_replaceable(tmp_path, monkeyp
     registries = Toolchain.start([plugins]).registries
     assert registries.operators["test.builtin_like"].__name__ == "Mine"
     assert list(registries.failed_workloads) == [str((plugins / "b_duplicate.py").resolve())]
+
+
+HALF_REGISTERED = '''
+import torch
+from param_compute import register_operator
+from param_compute.lib.pytorch.operator_impl import CallableOp
+
+register_operator("half.first", CallableOp(torch.neg))
+register_operator("torch.add", CallableOp(torch.sub))  # would replace a built-in
+{failure}
+'''
+
+
+@pytest.mark.parametrize("failure, why", [
+    ("raise SystemExit(0)", "raised SystemExit(0) at import"),
+    ("raise SystemExit('bye')", "raised SystemExit(bye) at import"),
+    ("raise GeneratorExit()", "raised GeneratorExit() at import"),
+    ("raise ValueError('boom')", "ValueError: boom"),
+])
+def test_a_plugin_failing_at_import_is_reported_and_none_of_its_registrations_stay(
+        tmp_path, failure, why):
+    plugins = _plugin_dir(tmp_path, {
+        "a_failing.py": HALF_REGISTERED.format(failure=failure),
+        "b_good.py": "import torch\nfrom param_compute import register_operator\n"
+                     "from param_compute.lib.pytorch.operator_impl import CallableOp\n"
+                     "register_operator('good.abs', CallableOp(torch.abs))\n"})
+    registries = Toolchain.start([plugins]).registries
+    failing = str((plugins / "a_failing.py").resolve())
+    assert registries.failed_workloads == {failing: why}
+    assert "half.first" not in registries.operators and "good.abs" in registries.operators
+    assert ("operator", "torch.add") in registries.builtin_names  # the built-in stays
+    assert registries.operators["torch.add"]().forward(torch.ones(1), torch.ones(1)) == 2
+
+    # a real process: the plugin does not end the run; it is named, the run goes on
+    spec = write_spec(tmp_path, {**simple_op("good.abs", tensor(4)),
+                                 **simple_op("torch.add", tensor(4), tensor(4))})
+    out = tmp_path / "r.json"
+    done = run_cli("-c", spec, "--workloads-dir", plugins, "--output", out, "-i", "1",
+                   forked=True)
+    assert done.returncode == 0, done.stderr
+    assert f"workload module {failing} skipped: {why}" in done.stderr
+    assert "replaces built-in" not in done.stderr
+    assert [r["op_name"] for r in read_results(out)[1]] == ["good.abs", "torch.add"]
+    # its operators are unknown, not half-there
+    refused = run_cli("-c", write_spec(tmp_path, simple_op("half.first", tensor(4)), "h.json"),
+                      "--workloads-dir", plugins, "--output", tmp_path / "h_r.json")
+    assert refused.returncode == 2 and "unknown operator 'half.first'" in refused.stderr
+
+
+def test_a_real_interrupt_while_a_plugin_imports_still_stops(tmp_path):
+    plugins = _plugin_dir(tmp_path, {"interrupt.py": HALF_REGISTERED.format(
+        failure="raise KeyboardInterrupt")})
+    with pytest.raises(KeyboardInterrupt):
+        Toolchain.start([plugins])
+
+
+# PARAM's plugins declare no keys: this iterator reads "repeat" unannounced, and builds its
+# combinations with PARAM's lib.generator.
+UNDECLARED_PLUGIN = '''
+from ...lib.generator import ListProduct, full_range
+from ...lib.iterator import ConfigIterator, register_config_iterator
+from ...lib.operator import register_operators
+from ...lib.pytorch.operator_impl import CallableOp
+import torch
+
+
+class RepeatIterator(ConfigIterator):
+    def __init__(self, configs, key, device):
+        super().__init__(configs, key, device)
+        turns = [(index, turn) for index, asl in enumerate(configs[key])
+                 for (turn,) in ListProduct([full_range(0, asl.get("repeat", 1) - 1)])]
+        self._pairs = iter([(f"{index}r{turn}", {"args": configs[key][index]["args"]})
+                            for index, turn in turns])
+
+    def __next__(self):
+        return next(self._pairs)
+
+
+register_config_iterator("UndeclaredRepeat", RepeatIterator)
+register_operators({"undeclared.neg": CallableOp(torch.neg)})
+'''
+
+
+def test_an_unchanged_param_plugin_reading_undeclared_keys_runs_with_one_warning(tmp_path):
+    plugins = _plugin_dir(tmp_path, {"undeclared.py": UNDECLARED_PLUGIN})
+    spec = simple_op("undeclared.neg", tensor(4), iterator="UndeclaredRepeat")
+    entry = spec["undeclared.neg"]["config"][0]
+    entry["input"][0]["repeat"] = 2
+    entry["input"].append({"args": [tensor(2)], "repeat": 1, "note": "x"})
+    out = tmp_path / "r.json"
+    done = run_cli("-c", write_spec(tmp_path, spec), "--workloads-dir", plugins, "--output",
+                   out, "-w", "0", "-i", "1")
+    assert done.returncode == 0, done.stderr
+    assert [run["id"] for run in read_results(out)[1]] == ["0|0|0r0", "0|0|0r1", "0|0|1r0"]
+    [warning] = [line for line in done.stderr.splitlines() if "no plugin declares" in line]
+    assert warning.endswith(
+        "keys no plugin declares accepted, for plugins that declare none (spec_keys): "
+        "undeclared.neg.config[0].input[0].repeat (and 1 more 'repeat'), read there by "
+        "UndeclaredRepeat; undeclared.neg.config[0].input[1].note, read there by "
+        "UndeclaredRepeat")
+
+    toolchain = Toolchain.start([plugins])
+    # built-in iterators and generators still refuse unknown keys ...
+    builtin = simple_op("undeclared.neg", tensor(4))
+    builtin["undeclared.neg"]["config"][0]["input"][0]["repeat"] = 2
+    with pytest.raises(SpecError, match=r"input\[0\].repeat: unknown key 'repeat'"):
+        toolchain.load(builtin)
+    # ... and so do the places the plugin does not read (a data spec: the generator's)
+    nested = simple_op("undeclared.neg", tensor(4, repeat=2), iterator="UndeclaredRepeat")
+    with pytest.raises(SpecError, match=r"args\[0\].repeat: unknown key 'repeat'"):
+        toolchain.load(nested)
+    # a plugin that declares its keys (spec_keys) still has its undeclared ones refused
+    declaring = _plugin_dir(tmp_path, {"param_style.py": PARAM_STYLE_PLUGIN}, "declaring")
+    typo = simple_op("param_style.twice", tensor(4), iterator="RepeatIterator")
+    typo["param_style.twice"]["config"][0]["input"][0]["repaet"] = 2
+    with pytest.raises(SpecError, match="unknown key 'repaet'"):
+        Toolchain.start([declaring]).load(typo)

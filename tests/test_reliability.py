@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -246,3 +248,62 @@ def test_a_signal_inside_nested_critical_sections_is_raised_when_the_outermost_e
     assert isinstance(stopped.value.__context__, OSError) and guard._depth == 0
     with guard.critical():  # a section after a stop: nothing held, nothing raised
         pass
+
+
+def _spawned_worker(pid: int):
+    """The pid of ``pid``'s ``--isolate`` worker (a ``spawn_main`` child), or None."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_run_stopped_while_its_isolated_worker_starts_ends_quietly_and_takes_it_along(
+        tmp_path):
+    """SIGTERM while the worker still imports torch: the run ends (143) without waiting for
+    the worker, and neither prints a traceback (the worker found no one to say 'ready' to)."""
+    out = tmp_path / "r.json"
+    process = _start("-c", write_spec(tmp_path, simple_op("torch.neg", tensor(4))),
+                     "--isolate", "--output", out)
+    deadline, worker = time.monotonic() + 60, None
+    while worker is None and time.monotonic() < deadline and process.poll() is None:
+        worker = _spawned_worker(process.pid)
+        time.sleep(0.01)
+    assert worker is not None, "the worker never started"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+    assert read_results(out)[2]["interrupted"] == "SIGTERM"
+    assert not Path(f"/proc/{worker}").exists()  # stopped and reaped: it did not outlive the run
+
+
+def test_a_worker_whose_parent_is_gone_ends_quietly(capfd):
+    """The worker's start-up and shutdown say nothing when the parent's end of the pipe is
+    closed: no BrokenPipeError traceback, exit status 0."""
+    import multiprocessing
+
+    from param_compute.runtime.isolation import worker_main
+    from param_compute.runtime.options import RunOptions
+
+    context = multiprocessing.get_context("spawn")
+    for options in (RunOptions(warmup=0, iteration=1).to_json(), {"no": "such option"}):
+        parent, child = context.Pipe()
+        parent.close()  # the run is gone before the worker is ready (or failed its setup)
+        setup = {"spec": simple_op("torch.neg", tensor(4)), "source": "s.json",
+                 "options": options, "workloads_dirs": [], "parent_pid": os.getpid()}
+        worker = context.Process(target=worker_main, args=(child, setup))
+        worker.start()
+        child.close()
+        worker.join(120)
+        assert worker.exitcode == 0
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -92,3 +93,52 @@ def test_verify_option_is_checked(tmp_path):
     spec = write_spec(tmp_path, simple_op("torch.add", tensor(4), tensor(4)))
     done = run_cli("-c", spec, "--verify=fp32", "--output", tmp_path / "r.json")
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_dropout_verifies_in_plain_eager_mode_and_a_real_mismatch_still_fails(tmp_path):
+    """Both calls draw the same random numbers: dropout's mask is the same (no false FAIL)."""
+    spec = write_spec(tmp_path, simple_op("torch.nn.functional.dropout", tensor(64, 64),
+                                          kwargs={"p": {"type": "float", "value": 0.5}}))
+    done = run_cli("-c", spec, "--verify", "-i", "3", "--output", tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    [record] = read_results(tmp_path / "r.json")[1]
+    assert record["verify"] == {"status": "PASS", "mean_rel_error": 0.0, "max_abs_error": 0.0}
+    [wide] = param_compute.run(json.loads(spec.read_text()), iteration=2, verify="fp64").records
+    assert wide["verify"]["status"] == "PASS"  # the float64 copy draws the same mask
+    # Rewinding the generator does not hide a real difference: a call that draws other numbers
+    # (here twice as many, so the second draw differs) still fails.
+    x = torch.ones(1000)
+    verdict = verify(lambda: torch.rand(1000) + x,
+                     lambda a, k: (lambda: torch.rand(1000) * 0 + torch.rand(1000) + a[0]),
+                     [x], {}, "eager", False)
+    assert verdict["status"] == "FAIL" and verdict["max_abs_error"] > 0.1
+
+
+class _FakeCuda:
+    """``torch.cuda`` as ``rng_rewind`` sees it, on a machine with one initialized device."""
+
+    def __init__(self):
+        self.state = [torch.tensor([1], dtype=torch.uint8)]
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+    def get_rng_state_all(self):
+        return [s.clone() for s in self.state]
+
+    def set_rng_state_all(self, states):
+        self.state = [s.clone() for s in states]
+
+
+def test_rng_rewind_puts_back_the_cpu_and_cuda_generators():
+    from param_compute.runtime.verify import rng_rewind
+
+    cuda = _FakeCuda()
+    rewind = rng_rewind(cuda)
+    first = torch.rand(3)
+    cuda.state = [torch.tensor([7], dtype=torch.uint8)]  # the timed call advanced the device
+    rewind()
+    assert torch.equal(torch.rand(3), first) and cuda.state[0].item() == 1

@@ -22,6 +22,8 @@ from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, Sp
 from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import Interrupted
 from param_compute.runtime.timing import ExecMode
+from param_compute.plan.explain import print_explanation
+from param_compute.results.sinks.console import SORT_COLUMNS, max_rows, protocol_text
 
 log = logging.getLogger("param_compute")
 
@@ -120,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop at this op_name|id: it and everything after are skipped")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and expand only: write the planned runs, allocate nothing")
+    p.add_argument("--explain", action="store_true",
+                   help="print how each ranged value expands, then exit (nothing runs)")
     p.add_argument("--workloads-dir", type=Path, action="append", default=[],
                    help="import every .py in DIR as a workload module (repeatable)")
     p.add_argument("--allow-namespace", action="append", default=[], metavar="NS",
@@ -127,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "besides aten, a namespace runs only where the run allows it")
     p.add_argument("--list-ops", action="store_true",
                    help="list registered workloads and the resolvable namespaces, then exit")
-    p.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument("--max-rows", type=max_rows, default=40, metavar="N|all", help="table rows")
+    p.add_argument("--sort", choices=SORT_COLUMNS, metavar="COLUMN",
+                   help="summary order: median|n|tflops|gbps (largest first), op|id|config")
     p.add_argument("-l", "--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                    help="log level, any case (DEBUG also prints tracebacks)")
@@ -170,7 +177,6 @@ def _list_ops(toolchain) -> None:
         console.print(f"  {name}  [yellow](unavailable: {why})[/yellow]")
     console.print(f"[bold]Also resolvable by name[/bold]: {ALLOWED_FORMS}")
     from rich.markup import escape
-
     from param_compute.plugins.registry import describe_entries
 
     console.print(f"[bold]Config iterators[/bold]: "
@@ -292,20 +298,22 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            "run in that file")
     if not options.dry_run:
         check_device(options.device)
-    if options.peaks:  # a bad peaks file is bad input: said before anything runs
-        from param_compute.runtime.peaks import Peaks
-
-        Peaks.from_file(options.peaks)
+    if options.peaks or (options.throughput and not options.dry_run):  # bad peaks: said now
+        from param_compute.runtime.calibrate import peaks_for_run
+        peaks_for_run(options.device, options.num_threads, options.peaks)
     nsight = settings_from_args(args, options)  # --ncu/--nsys: binaries found before any run
     toolchain.resolver.allow(args.allow_namespace)
     # Read once: a FIFO or <(cat spec) yields its bytes only once; the hash is of these bytes.
     spec_bytes = read_spec_bytes(args.config)
     gc.disable()  # a spec has no reference cycles; it lives until exit: frozen, not walked again
     try:
-        spec = toolchain.validate(spec_from_bytes(spec_bytes, str(args.config)), str(args.config))
+        raw = spec_from_bytes(spec_bytes, str(args.config))
+        spec = toolchain.validate(raw, str(args.config))
     finally:
         gc.freeze()
         gc.enable()
+    if args.explain:  # how each ranged value expands; nothing runs
+        return print_explanation(raw)
     options = follow_capture(spec, options, args.match_capture)  # warns where they differ
     _warn_missing_kernels(spec, options.device)  # captured backend ops: said before any run
     digest = hashlib.sha256(spec_bytes).hexdigest()
@@ -346,7 +354,9 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
               or (name == "et_file" and options.execution_trace)}
     sinks = [JsonlResultWriter(path, header, append=args.append, finish_extra=traces,
                                resume=resume),
-             ConsoleReporter(str(path), progress=False if args.no_progress else None)]
+             ConsoleReporter(str(path), progress=False if args.no_progress else None,
+                             max_rows=args.max_rows, sort=args.sort,
+                             protocol=protocol_text(args.warmup_time, args.min_time))]
     # On --resume and -a the results hold earlier runs too: the exports are rebuilt from them.
     earlier = path if (resume is not None or args.append) else None
     if args.csv is not None:

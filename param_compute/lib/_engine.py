@@ -77,7 +77,7 @@ def run_options_from_param(run_options: Dict[str, Any]) -> RunOptions:
         stop_id=run_options.get("stop_op_run_id"),
         pt2_model=bool(run_options.get("pt2-model", run_options.get("pt2_model", False))),
         cuda_graph=bool(run_options.get("cuda-graph", run_options.get("cuda_graph", False))),
-        throughput=False, max_memory=None)
+        throughput=False)  # max_memory: the default guard ("auto"), as run_benchmark
 
 
 def resolve_operator(name: str, device: Optional[str]) -> Optional[Any]:

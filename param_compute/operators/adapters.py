@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from param_compute.operators.meta import call_output_bytes, module_bytes, torch_owned
 from param_compute.plugins.interfaces import OperatorInterface
 
 
@@ -26,6 +27,12 @@ class CallableOperator(OperatorInterface):
 
     def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
         return functools.partial(self.function, *args, **kwargs)
+
+    def estimate_output_bytes(self, *args: Any, **kwargs: Any) -> Optional[int]:
+        """The memory guard's hook: the outputs' storage, from a call on meta arguments
+        (``torch.ones(size=[12000, 12000])`` -> 576 MB); None for a function not torch's own."""
+        return call_output_bytes(self.function, args, kwargs) if torch_owned(self.function) \
+            else None
 
 
 def _detached(value: Any) -> Any:
@@ -73,10 +80,7 @@ class ModuleOperator(OperatorInterface):
     def estimate_build_bytes(self, *args: Any, **kwargs: Any) -> int:
         """The memory guard's hook: the module built on the meta device, its parameters and
         buffers counted (``nn.Linear(40000, 40000)`` -> 6.4 GB), nothing allocated."""
-        with torch.device("meta"):
-            module = self.module_class(*args, **kwargs)
-        tensors = list(module.parameters()) + list(module.buffers())
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return module_bytes(self.module_class, args, kwargs)
 
     def _built(self) -> torch.nn.Module:
         if self.module is None:  # a module spec with no build entry: default construction
@@ -166,3 +170,18 @@ class AtenOperator(OperatorInterface):
     def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
         args, kwargs = self._bound(args, kwargs)
         return functools.partial(self.function, *args, **kwargs)
+
+    def estimate_build_bytes(self, *args: Any, **kwargs: Any) -> int:
+        """The memory guard's build hook: building resolves the overload the schema names
+        (for ``estimate_output_bytes``) and allocates nothing."""
+        self.build(*args, **kwargs)
+        return 0
+
+    def estimate_output_bytes(self, *args: Any, **kwargs: Any) -> int:
+        """The memory guard's hook: the outputs' storage, from a call on meta arguments
+        (``aten::ones`` of ``[12000, 12000]`` -> 576 MB); None outside the aten namespace (a
+        backend's kernel may read the data a meta tensor does not have)."""
+        if op_namespace(self.op_name) != "aten":
+            return None
+        args, kwargs = self._bound(args, kwargs)
+        return call_output_bytes(self.function, args, kwargs)

@@ -26,8 +26,8 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 from param_compute.plugins.interfaces import ConfigIterator
 from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR, DIMS,
                                        DUMMY_ITERATOR, INT_RANGE, ITEMS, MACRO_KEYS,
-                                       RANGE_ITERATOR, copy_steps, full_range, strip_macros,
-                                       variant_count, vary_kind)
+                                       RANGE_ITERATOR, copy_steps, full_range, is_whole_copy,
+                                       strip_macros, variant_count, vary_kind)
 
 Builder = Callable[[tuple], Any]
 
@@ -87,8 +87,12 @@ def compile_data_spec(spec: Dict[str, Any], axes: List[tuple]) -> Builder:
     the chosen values from the combination tuple by position. Constant attributes are shared
     by all the configs built (read-only); varying ones and ``__copy__`` targets are fresh.
     """
-    copy_targets = {attr for entry in spec.get(ATTR_COPY, ()) for attr in entry}
-    if not spec.get(ATTR_RANGE) and not spec.get(ATTR_LIST) and not copy_targets:
+    copy_targets = {attr for entry in spec.get(ATTR_COPY, ()) for attr, mapping in entry.items()
+                    if not is_whole_copy(mapping)}  # lists a copy writes one element into
+    whole_copies = any(is_whole_copy(m) for entry in spec.get(ATTR_COPY, ())
+                       for m in entry.values())
+    if not spec.get(ATTR_RANGE) and not spec.get(ATTR_LIST) and not copy_targets \
+            and not whole_copies:  # a whole-attribute copy writes into a fresh dict
         return _constant(strip_macros(spec))
 
     template: Dict[str, Any] = {}
@@ -147,7 +151,11 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
         if original_us is not None:
             out["original_us"] = dict(original_us)
         for section, where, attr, target, src_arg, src_elem in copies:
-            out[section][where][attr][target] = out["args"][src_arg][attr][src_elem]
+            if target is None:  # the whole attribute, as arg src_arg has it in this combination
+                value = out["args"][src_arg][attr]
+                out[section][where][attr] = list(value) if isinstance(value, list) else value
+            else:
+                out[section][where][attr][target] = out["args"][src_arg][attr][src_elem]
         return out
 
     return CompiledArgSpecList(tuple(axes), build)

@@ -30,6 +30,7 @@ from param_compute.plugins.registry import (Registration, Registries, filling,
                                             process_registrations, recording,
                                             register_config_iterator, register_data_generator,
                                             replay)
+from param_compute.process.signals import Interrupted
 
 log = logging.getLogger("param_compute")
 
@@ -40,16 +41,29 @@ _WARNED: Set[Tuple[str, Tuple[str, ...]]] = set()
 
 
 def _guarded(registries: Registries, source: str, action: Callable[[], Any]) -> bool:
+    """Run one plugin source's import (or replay); False if it failed. A failed source is
+    reported (named, with why) and none of its registrations stay: those it made before it
+    failed are rolled back. Only a real interrupt passes through: a plugin raising
+    ``SystemExit`` (or another ``BaseException``) at import is a failed plugin, never the end
+    of the run."""
+    rollback = registries.checkpoint()
     try:
         action()
         return True
     except ImportError as exc:  # a missing optional dependency: skip the module, say so once
+        rollback()
         missing = getattr(exc, "name", None) or str(exc)
         registries.failed_workloads[source] = f"missing module {missing!r}: {exc}"
         log.warning("workload module %s skipped: missing module %r", source, missing)
-    except Exception as exc:  # a broken plugin must not take the engine down
-        registries.failed_workloads[source] = f"{type(exc).__name__}: {exc}"
-        log.warning("workload module %s skipped: %s: %s", source, type(exc).__name__, exc)
+    except (KeyboardInterrupt, Interrupted):
+        rollback()
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a broken plugin must not take the engine down
+        rollback()
+        why = (f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception)
+               else f"raised {type(exc).__name__}({exc}) at import")
+        registries.failed_workloads[source] = why
+        log.warning("workload module %s skipped: %s", source, why)
         log.debug("workload import failure", exc_info=True)
     return False
 

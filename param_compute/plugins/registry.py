@@ -10,7 +10,9 @@ toolchain. Calls made outside any loading (a script registering its own operator
 A name registered twice is an error, except a built-in one (registered while the loader fills
 the built-ins): a plugin registering it replaces the built-in entry, and the loader warns.
 Iterators and data generators may declare the extra spec keys they read (``spec_keys``, a
-dict key -> what it means); validation then accepts those keys where they can read them.
+dict key -> what it means); validation then accepts those keys where they can read them. A
+plugin's iterator or generator that declares nothing (PARAM's never do) may read any key where
+it reads: validation accepts unknown keys there, with one warning naming them.
 """
 
 from __future__ import annotations
@@ -51,38 +53,72 @@ class Registries:
     #: (kind, name) of the built-in entries replaced since the loader last looked.
     replaced: List[Tuple[str, str]] = field(default_factory=list)
 
-    def declared_keys(self, operator: Any, where: Tuple[Any, ...]) -> Dict[str, str]:
-        """The extra keys the plugins an operator entry names declare at ``where`` (a JSON
-        path inside the entry, ending at the object holding the keys): key -> what it means.
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that puts the tables back as they are now (a failed plugin's
+        registrations undone); the tables stay the same objects."""
+        saved = {name: copy.copy(getattr(self, name)) for name in _ROLLED_BACK}
+
+        def rollback() -> None:
+            for name, before in saved.items():
+                table = getattr(self, name)
+                table.clear()
+                (table.extend if isinstance(table, list) else table.update)(before)
+
+        return rollback
+
+    def _readers(self, operator: Any, where: Tuple[Any, ...]) -> List[Tuple[str, str, Any]]:
+        """(table, name, entry) of each plugin that reads the object at ``where`` inside an
+        operator entry (a JSON path ending at the object holding the keys).
 
         An iterator reads its config entry (build iterators get it whole) and its section's
         arg-spec-lists; a data generator reads its section's arg-spec-lists and their data
-        specs. So iterator keys are accepted in config entries and arg-spec-lists, generator
-        keys in arg-spec-lists and data specs (at any depth)."""
+        specs (at any depth)."""
         if not isinstance(operator, dict) or len(where) < 2 or where[0] != "config":
-            return {}
+            return []
         if len(where) == 2:
             holders = [("config_iterators", "build_iterator"),
                        ("config_iterators", "input_iterator")]
         elif where[2] not in ("build", "input"):
-            return {}
+            return []
         else:
             holders = [("data_generators", f"{where[2]}_data_generator")]
             if len(where) == 4:
                 holders.append(("config_iterators", f"{where[2]}_iterator"))
-        declared: Dict[str, str] = {}
+        readers = []
         for table, key in holders:
             name = operator.get(key)
             name = _DEFAULTS[key] if name is None else name
-            entry = getattr(self, table).get(name) if isinstance(name, str) else None
+            if isinstance(name, str):
+                readers.append((table, name, getattr(self, table).get(name)))
+        return readers
+
+    def declared_keys(self, operator: Any, where: Tuple[Any, ...]) -> Dict[str, str]:
+        """The extra keys the plugins an operator entry names declare at ``where``: key -> what
+        it means (iterator keys in config entries and arg-spec-lists, generator keys in
+        arg-spec-lists and data specs)."""
+        declared: Dict[str, str] = {}
+        for _table, name, entry in self._readers(operator, where):
             for spec_key, meaning in declared_spec_keys(entry).items():
                 declared.setdefault(spec_key, f"{meaning} (read by {name})")
         return declared
+
+    def undeclared_readers(self, operator: Any, where: Tuple[Any, ...]) -> List[str]:
+        """The registered plugin iterators and data generators (not built-in ones) that read
+        the object at ``where`` without declaring the keys they read (no ``spec_keys``), as
+        PARAM's plugins never do: any key there may be theirs."""
+        kinds = {"config_iterators": "config iterator", "data_generators": "data generator"}
+        return [name for table, name, entry in self._readers(operator, where)
+                if entry is not None and getattr(entry, "spec_keys", None) is None
+                and (kinds[table], name) not in self.builtin_names]
 
     def declares_key(self, operator: Any, path: Tuple[Any, ...]) -> bool:
         """True if ``path[-1]`` is a key the plugins of ``operator`` declare at ``path[:-1]``."""
         return bool(path) and path[-1] in self.declared_keys(operator, tuple(path[:-1]))
 
+
+#: The tables a plugin's registrations change (``Registries.checkpoint``).
+_ROLLED_BACK = ("operators", "config_iterators", "data_generators", "unavailable_operators",
+                "builtin_names", "replaced")
 
 _DEFAULTS = {"build_iterator": "DefaultConfigIterator", "input_iterator": "DefaultConfigIterator",
              "build_data_generator": "PyTorch:DefaultDataGenerator",

@@ -24,7 +24,8 @@ from param_compute.runtime.devices import open_device
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
-                                                config_bytes, default_limit, format_size)
+                                                config_bytes, default_limit, format_size,
+                                                output_bytes)
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
@@ -136,7 +137,8 @@ class Executor:
                              else options.max_memory)
         self.built = _BuiltOperator(context.operator_factory, self.data_generators, options)
         self.generators: Dict[str, Any] = {}
-        self.weights: Tuple[Any, int] = (object(), 0)  # (build key, estimated weight bytes)
+        # (build key, estimated weight bytes, the operator object that estimated them)
+        self.weights: Tuple[Any, int, Any] = (object(), 0, None)
         self.eager_forward: Optional[Callable[[], Any]] = None  # the run's uncompiled call
 
     def seed_run(self, run_key: str) -> None:
@@ -207,19 +209,23 @@ class Executor:
         return self.cold.forward(fn, tensor_bytes(args) + tensor_bytes(kwargs), bind_copy)
 
     def _check_memory(self, run: PlannedRun, op_spec) -> None:
-        """Refuse the run if its data, build data and built weights (estimated: see
-        ``memory_guard``) exceed the limit; the weights are estimated once per build."""
+        """Refuse the run if its data, build data, built weights and the outputs of one call
+        (estimated: see ``memory_guard``) exceed the limit; the weights are estimated once per
+        build, on an operator object kept for the outputs' estimates of that build."""
         if self.memory_limit is None:
             return
-        needed = (config_bytes(self._generator(op_spec.input_data_generator), run.input)
+        inputs = self._generator(op_spec.input_data_generator)
+        needed = (config_bytes(inputs, run.input)
                   + config_bytes(self._generator(op_spec.build_data_generator), run.build))
         if needed <= self.memory_limit and run.build_key != self.weights[0]:
             op = self.built.factories(run.op_name)()
             op.device = self.options.device
             self.weights = (run.build_key, build_weight_bytes(
-                op, self._generator(op_spec.build_data_generator), run.build))
+                op, self._generator(op_spec.build_data_generator), run.build), op)
         if needed <= self.memory_limit and run.build_key == self.weights[0]:
             needed += self.weights[1]
+            if needed <= self.memory_limit:
+                needed += output_bytes(self.weights[2], inputs, run.input)
         if needed > self.memory_limit:
             raise MemoryLimitExceeded(
                 f"the config's tensors need an estimated {format_size(needed)}, over the "
@@ -363,7 +369,9 @@ class Executor:
         work = None
         if self.flop_counter is not None:
             flops, output = self.flop_counter.count(self.eager_forward)
-            work = (flops, tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(output))
+            moved = (tensor_bytes(args) + tensor_bytes(kwargs) + tensor_bytes(output)
+                     if self.flop_counter.moved else 0)  # a view moves no data
+            work = (flops, moved)
             del output
         result = self._timed_phases(run, "forward", fn, None)
         result.extra.update({k: [v] for k, v in setup.items()})
@@ -385,7 +393,7 @@ class Executor:
             prepare()
             flops, _ = self.flop_counter.count(op.backward)
             work = (flops, tensor_bytes(getattr(op, "_grad", None)) + gradient_bytes(args)
-                    + gradient_bytes(kwargs))
+                    + gradient_bytes(kwargs) if self.flop_counter.moved else 0)
         result = self._timed_phases(run, "backward", op.backward, prepare)
         op.drop_outputs()  # the graph of the last forward is not kept past its run
         if work is not None:

@@ -72,20 +72,30 @@ def worker_main(connection, setup: Dict[str, Any]) -> None:
         apply_address_space_cap(address_space_cap(executor.memory_limit, options.device,
                                                   options.num_threads))
     except BaseException as exc:  # reported to the parent, which cannot go on without us
-        connection.send(("setup failed", f"{type(exc).__name__}: {exc}"))
+        _tell(connection, ("setup failed", f"{type(exc).__name__}: {exc}"))
         return
-    connection.send(("ready",))
     try:
+        if not _tell(connection, ("ready",)):
+            return
         while True:
             message = connection.recv()
-            if message is None:
+            if message is None or not _tell(connection, dataclasses.asdict(
+                    executor.execute(PlannedRun(*message)))):
                 break
-            record = executor.execute(PlannedRun(*message))
-            connection.send(dataclasses.asdict(record))
     except EOFError:  # the parent went away
         pass
     finally:
         executor.close()
+
+
+def _tell(connection, message: Any) -> bool:
+    """Send ``message`` to the parent; False, quietly, when the parent is gone (a stopped run
+    closed its end: nothing is left to tell, and a traceback would only be noise)."""
+    try:
+        connection.send(message)
+        return True
+    except (BrokenPipeError, ConnectionError, OSError):
+        return False
 
 
 class _Worker:
@@ -100,6 +110,9 @@ class _Worker:
         except WorkerLost as lost:
             self.kill()
             raise WorkerLost(f"the isolated worker could not start: {lost}") from None
+        except BaseException:  # the run stopped (SIGTERM, Ctrl-C) while the worker started
+            self.kill()
+            raise
         if not isinstance(answer, tuple) or answer[:1] != ("ready",):
             self.kill()
             raise WorkerLost(f"the isolated worker could not start: {answer[1]}")

@@ -7,7 +7,12 @@ storage, however few elements the view shows. Python integers make absurd shapes
 elements) harmless to estimate. Data generators and operators that allocate what no tensor spec
 describes say so through optional hooks: ``DataGenerator.estimate_bytes(config)`` and
 ``OperatorInterface.estimate_build_bytes(*args, **kwargs)`` (``nn.Module`` operators build the
-module on the meta device and count its parameters and buffers). The default limit is half of the
+module on the meta device and count its parameters and buffers), and
+``OperatorInterface.estimate_output_bytes(*args, **kwargs)`` for what a factory call returns
+(a call without tensor inputs, such as ``torch.ones``, allocates its whole output from a few
+integers: torch functions and aten ops are called on meta arguments). The outputs of calls with
+tensor inputs are not estimated (a meta call costs more than the engine spends per config): the
+address-space cap is their backstop. The default limit is half of the
 memory available when the run starts (host memory for CPU, free plus cached device memory for
 CUDA), leaving room for the outputs and workspace the estimate does not see. An estimate can
 still be wrong (a plugin allocating on its own): ``address_space_cap`` gives the isolated
@@ -133,19 +138,57 @@ def config_bytes(generator: Any, config: Any) -> int:
     return int(estimate) if estimate is not None else spec_bytes(config)
 
 
-def build_weight_bytes(op: Any, generator: Any, build: Any) -> int:
-    """Bytes an operator allocates when built (module weights sized by integer build args), from
-    its ``estimate_build_bytes(*args, **kwargs)`` hook called with the build args materialized on
-    the meta device (nothing allocated); 0 for an operator without the hook, and 0 where the
-    estimate fails (the build itself then reports what is wrong)."""
-    hook = getattr(op, "estimate_build_bytes", None)
+def on_meta_specs(value: Any) -> Any:
+    """A config with the ``device`` of its tensor specs dropped: materialized for an estimate
+    on the meta device, no tensor may land on a real one."""
+    if isinstance(value, dict):
+        return {key: on_meta_specs(item) for key, item in value.items()
+                if not (key == "device" and value.get("type") == "tensor")}
+    if isinstance(value, list):
+        return [on_meta_specs(item) for item in value]
+    return value
+
+
+def _hook_bytes(op: Any, hook_name: str, generator: Any, config: Any) -> int:
+    """``op.<hook_name>(*args, **kwargs)`` with ``config`` materialized on the meta device
+    (nothing allocated); 0 for an operator without the hook or one that cannot tell (None), and
+    0 where the estimate fails (the build or the call itself then reports what is wrong)."""
+    hook = getattr(op, hook_name, None)
     if hook is None:
         return 0
     try:
-        args, kwargs = generator.get_data(build, "meta") if build else ([], {})
+        args, kwargs = (generator.get_data(on_meta_specs(config), "meta") if config
+                        else ([], {}))
         return int(hook(*args, **kwargs) or 0)
-    except Exception:  # noqa: BLE001 - a failing estimate is the build's error to report
+    except Exception:  # noqa: BLE001 - a failing estimate is the run's error to report
         return 0
+
+
+def build_weight_bytes(op: Any, generator: Any, build: Any) -> int:
+    """Bytes an operator allocates when built (module weights sized by integer build args), from
+    its ``estimate_build_bytes(*args, **kwargs)`` hook called with the build args materialized on
+    the meta device."""
+    return _hook_bytes(op, "estimate_build_bytes", generator, build)
+
+
+def _has_tensor_spec(value: Any) -> bool:
+    if isinstance(value, dict):
+        return value.get("type") == "tensor" or any(
+            _has_tensor_spec(v) for v in value.values() if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return any(_has_tensor_spec(v) for v in value)
+    return False
+
+
+def output_bytes(op: Any, generator: Any, config: Any) -> int:
+    """Bytes the outputs of a factory call allocate (``torch.ones(size=[12000, 12000])`` is
+    576 MB from no tensor at all), from the operator's ``estimate_output_bytes(*args,
+    **kwargs)`` hook called with the input args materialized on the meta device. Only calls
+    without tensor inputs are estimated, and only with a generator that is ``meta_safe``: a
+    call on meta tensors costs ~0.1 ms, more than the whole engine spends on a config."""
+    if not getattr(generator, "meta_safe", False) or _has_tensor_spec(config):
+        return 0
+    return _hook_bytes(op, "estimate_output_bytes", generator, config)
 
 
 #: Address space a worker may add beyond the estimate's limit: outputs, workspace, and the

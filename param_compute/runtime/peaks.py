@@ -5,6 +5,11 @@ torch's: ``float32``, ``bfloat16``...; spec aliases such as ``float`` and ``half
 files). The cache is one JSON file under the user's cache directory (``$PARAM_COMPUTE_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/param_compute``, else ``~/.cache/param_compute``) holding one entry per
 machine key: device name, driver and torch versions, thread count. Torch-free.
+
+Peaks files and the cache are untrusted input: only regular files are read (a FIFO or a device
+is refused, never waited on), at most ``MAX_PEAKS_BYTES``, and every rate must lie within what a
+machine can do (``RATE_RANGE``): a peak of 5e-324 FLOP/s or 1e300 B/s is refused, naming the file
+and key, instead of turning into infinite utilization.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import math
 import os
 import platform
+import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -20,6 +26,11 @@ from param_compute.dtypes import DTYPE_NAMES
 from param_compute.errors import OptionsError
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
+#: Largest peaks file or cache read (an entry is a few hundred bytes; the cache one per setup).
+MAX_PEAKS_BYTES = 1 << 20
+#: The physical range of each rate: at least 1 kFLOP/s (1 kB/s); at most 1e18 FLOP/s (an
+#: exaFLOP/s, ~100x today's largest device) and 1e16 B/s (~1000x today's HBM).
+RATE_RANGE = {"flops_per_s": (1e3, 1e18), "bytes_per_s": (1e3, 1e16)}
 
 
 def cache_path() -> Path:
@@ -81,19 +92,60 @@ class Peaks:
     @classmethod
     def from_file(cls, path: str) -> "Peaks":
         """A peaks file given by hand (``--peaks``); a bad one is an ``OptionsError``."""
-        try:
-            entry = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise OptionsError(f"--peaks {path}: cannot read it: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise OptionsError(f"--peaks {path}: not JSON: {exc.msg} (line {exc.lineno})") \
-                from None
-        return cls.from_entry(entry, f"--peaks {path}")
+        return cls.from_entry(read_json(Path(path), f"--peaks {path}"), f"--peaks {path}")
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value > 0
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def read_json(path: Path, where: str) -> Any:
+    """The JSON value of a peaks file or the cache: a regular file of at most
+    ``MAX_PEAKS_BYTES``, opened without blocking (a FIFO is refused, not waited on); anything
+    else is an ``OptionsError`` naming ``where``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OptionsError(f"{where}: is {_kind(mode)}; peaks are read from a regular file")
+    os.set_blocking(fd, True)
+    try:
+        with os.fdopen(fd, "rb") as stream:
+            data = stream.read(MAX_PEAKS_BYTES + 1)
+    except OSError as exc:
+        raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_PEAKS_BYTES:
+        raise OptionsError(f"{where}: over the {MAX_PEAKS_BYTES}-byte limit of a peaks file")
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise OptionsError(f"{where}: not JSON: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise OptionsError(f"{where}: not JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise OptionsError(f"{where}: not JSON: nested too deep") from None
+
+
+def _rate_problem(path: str, value: Any, kind: str) -> Optional[str]:
+    """Why ``value`` is no physical rate of ``kind`` (``flops_per_s``/``bytes_per_s``), or None."""
+    low, high = RATE_RANGE[kind]
+    unit = "FLOP/s" if kind == "flops_per_s" else "bytes/s"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
+            or isinstance(value, float) and not math.isfinite(value):
+        return f"{path}: must be a positive number of {unit}, got {value!r}"
+    if not low <= value <= high:
+        return f"{path}: {value!r} {unit} is not a machine's peak (expected {low:g} to {high:g})"
+    return None
 
 
 def entry_problems(entry: Any) -> list:
@@ -103,7 +155,8 @@ def entry_problems(entry: Any) -> list:
                 f"{type(entry).__name__}"]
     problems = []
     unknown = sorted(set(entry) - {"flops_per_s", "bytes_per_s", "key", "device_name",
-                                   "driver", "torch", "threads", "measured", "detail"})
+                                   "driver", "torch", "threads", "measured", "detail",
+                                   "busy_fraction"})
     problems += [f"$.{key}: unknown key (expected flops_per_s, bytes_per_s)" for key in unknown]
     flops = entry.get("flops_per_s", {})
     if not isinstance(flops, dict):
@@ -113,34 +166,39 @@ def entry_problems(entry: Any) -> list:
             if canonical_dtype(str(dtype)) is None:
                 problems.append(f"$.flops_per_s.{dtype}: not a floating dtype "
                                 f"(one of {', '.join(FLOATING)})")
-            elif not _positive(value):
-                problems.append(f"$.flops_per_s.{dtype}: must be a positive number of FLOP/s, "
-                                f"got {value!r}")
-    if "bytes_per_s" in entry and not _positive(entry["bytes_per_s"]):
-        problems.append(f"$.bytes_per_s: must be a positive number of bytes/s, got "
-                        f"{entry['bytes_per_s']!r}")
+            else:
+                problems.append(_rate_problem(f"$.flops_per_s.{dtype}", value, "flops_per_s"))
+    if "bytes_per_s" in entry:
+        problems.append(_rate_problem("$.bytes_per_s", entry["bytes_per_s"], "bytes_per_s"))
+    problems = [problem for problem in problems if problem]
     if not problems and not flops and "bytes_per_s" not in entry:
         problems.append("$: gives neither flops_per_s nor bytes_per_s")
     return problems
 
 
 def read_cache(path: Optional[Path] = None) -> Dict[str, Any]:
-    """The cache's entries by machine key ({} when absent or unreadable)."""
+    """The cache's entries by machine key ({} when there is no cache yet); a cache that is no
+    regular file, too large, not JSON or not an object is an ``OptionsError`` naming it."""
     path = path or cache_path()
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    if not os.path.lexists(path):
         return {}
-    return data if isinstance(data, dict) else {}
+    data = read_json(path, f"peaks cache {path}")
+    if not isinstance(data, dict):
+        raise OptionsError(f"peaks cache {path}: $: must be an object {{machine key: peaks}}, "
+                           f"got {type(data).__name__}")
+    return data
 
 
 def store(key: str, entry: Dict[str, Any], path: Optional[Path] = None) -> Path:
     """Merge ``entry`` into the cache under ``key`` (dtypes measured before are kept)."""
     path = path or cache_path()
     data = read_cache(path)
-    old = data.get(key, {})
+    old = data.get(key) if isinstance(data.get(key), dict) else {}
     merged = {**old, **entry}
-    merged["flops_per_s"] = {**old.get("flops_per_s", {}), **entry.get("flops_per_s", {})}
+    old_flops = old.get("flops_per_s") if isinstance(old.get("flops_per_s"), dict) else {}
+    kept = {dtype: value for dtype, value in old_flops.items()  # a damaged peak is not kept
+            if _rate_problem("", value, "flops_per_s") is None}
+    merged["flops_per_s"] = {**kept, **entry.get("flops_per_s", {})}
     data[key] = merged
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -150,7 +208,10 @@ def store(key: str, entry: Dict[str, Any], path: Optional[Path] = None) -> Path:
 
 
 def cached_peaks(key: str) -> Optional[Peaks]:
-    entry = read_cache().get(key)
-    if not isinstance(entry, dict) or entry_problems(entry):
+    """The cache's peaks for ``key``, None when it has none; an unusable cache or entry is an
+    ``OptionsError`` naming the file and key (never silently ignored)."""
+    path = cache_path()
+    entry = read_cache(path).get(key)
+    if entry is None:
         return None
-    return Peaks.from_entry(entry, f"{cache_path()} [{key}]")
+    return Peaks.from_entry(entry, f"peaks cache {path} [{key}]")

@@ -7,7 +7,9 @@ Outputs are compared, and with ``-b`` the gradients of the inputs as well (from 
 ``ones_like`` the first differentiable output). The verdict: ``mean_rel_error`` (sum of
 absolute differences over sum of absolute reference values, all tensors together) against a
 tolerance for the least precise floating dtype compared; integer and boolean outputs must be
-equal; differing structure, shapes or NaN positions fail.
+equal; differing structure, shapes or NaN positions fail. Both calls draw the same random
+numbers: the CPU generator and the initialized CUDA generators are put back, before the
+reference call, to their state before the timed one (``dropout`` verifies in eager mode).
 """
 
 from __future__ import annotations
@@ -104,6 +106,23 @@ def _call(fn: Callable[[], Any], inputs: List[torch.Tensor], backward: bool,
     return outputs, grads
 
 
+def rng_rewind(cuda: Any = None) -> Callable[[], None]:
+    """Record the state of torch's random generators now; the function returned puts it back.
+    The CPU generator always, and every CUDA device's generator when CUDA is initialized
+    (``cuda``: the ``torch.cuda`` module, a seam for tests)."""
+    cuda = torch.cuda if cuda is None else cuda
+    cpu_state = torch.default_generator.get_state()
+    cuda_states = (cuda.get_rng_state_all()
+                   if cuda.is_available() and cuda.is_initialized() else None)
+
+    def rewind() -> None:
+        torch.default_generator.set_state(cpu_state)
+        if cuda_states is not None:
+            cuda.set_rng_state_all(cuda_states)
+
+    return rewind
+
+
 def verify(timed: Callable[[], Any], eager: Callable[[Any, Any], Callable[[], Any]], args: Any,
            kwargs: Any, mode: str, backward: bool,
            timed_output: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
@@ -115,10 +134,12 @@ def verify(timed: Callable[[], Any], eager: Callable[[Any, Any], Callable[[], An
     inputs = [t for t in tensors_in((args, kwargs)) if t.requires_grad or not backward]
     every_input = tensors_in((args, kwargs))
     saved = _clone(every_input)
+    rewind = rng_rewind()
     got, got_grads = _call(timed, [t for t in inputs if t.requires_grad], backward, timed_output)
     with torch.no_grad():  # in-place operators changed their inputs: restore them
         for tensor, value in zip(every_input, saved):
             tensor.copy_(value)
+    rewind()  # the reference draws the random numbers the timed call drew
     if mode == "fp64":
         args, kwargs = _as_float64(args), _as_float64(kwargs)
     ref_inputs = [t for t in tensors_in((args, kwargs)) if t.requires_grad]

@@ -18,7 +18,7 @@ from param_compute.spec import fastpath
 from param_compute.spec.index_data import structure_problems
 from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR,
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
-                                       expanded_lists, has_macros)
+                                       expanded_lists, has_macros, is_whole_copy)
 from param_compute.spec.wording import dtype_hint, json_type, short
 
 
@@ -88,6 +88,11 @@ class DataSpecChecks:
         if not isinstance(spec, dict):
             return
         arg_type = spec.get("type")
+        if arg_type == "tensor" and "dtype" not in spec and not any(
+                isinstance(entry, dict) and is_whole_copy(entry.get("dtype"))
+                for entry in spec.get(ATTR_COPY) or []):  # {"dtype": N} fills it in
+            self.problem(path, "missing required key 'dtype'",
+                         'give one, or copy another arg\'s with "__copy__": [{"dtype": ARG}]')
         ranged = spec.get(ATTR_RANGE) or []
         listed = spec.get(ATTR_LIST) or []
         if (ranged or listed or ATTR_COPY in spec) and not section.custom \
@@ -218,9 +223,10 @@ class DataSpecChecks:
         if not isinstance(shape, list):
             self.problem(path, f"a shape is a list of dims, got {short(shape)}")
             return
-        copy_targets = {entry["shape"][0] for entry in spec.get(ATTR_COPY, [])
-                        if isinstance(entry, dict) and isinstance(entry.get("shape"), list)
-                        and entry["shape"] and _is_int(entry["shape"][0])}
+        copies = [entry.get("shape") for entry in spec.get(ATTR_COPY, [])
+                  if isinstance(entry, dict) and "shape" in entry]
+        copy_targets = ({m[0] for m in copies if isinstance(m, list) and m and _is_int(m[0])}
+                        | (set(range(len(shape))) if any(map(is_whole_copy, copies)) else set()))
         for i, dim in enumerate(shape):
             where = path + (i,)
             if isinstance(dim, list):
@@ -336,6 +342,25 @@ class DataSpecChecks:
                              f'add "__range__": ["value"] to the {spec["type"]}')
             self._check_data_spec(item, path + ("value", i), section, copy_allowed=False)
 
+    def _check_whole_copy(self, spec, where, attr: str, src_arg: int, args) -> None:
+        """``{"dtype": 0}``: arg 0 has ``attr`` (same arg type); this arg does not vary it."""
+        if src_arg >= len(args):
+            self.problem(where, f"source arg index {src_arg} is out of range: there are "
+                                f"{len(args)} args")
+            return
+        source = args[src_arg]
+        if source is spec:
+            self.problem(where, f"copies {attr!r} from itself (arg {src_arg})")
+            return
+        if not isinstance(source, dict) or (attr not in source and attr != "dtype"):
+            self.problem(where, f"source arg {src_arg} has no {attr!r}")
+        elif source.get("type") != spec.get("type"):
+            self.problem(where, f"copies {attr!r} from arg {src_arg}, a {source.get('type')} arg,"
+                                f" into a {spec.get('type')} arg")
+        elif attr in (spec.get(ATTR_RANGE) or []) or attr in (spec.get(ATTR_LIST) or []):
+            self.problem(where, f"{attr!r} is copied from arg {src_arg} and also varied here",
+                         "vary it in the source arg only")
+
     def _check_copies(self, spec, path, section: _Section) -> None:
         """Each copy reads and writes list elements that exist in every combination: the target
         and the source attribute must be lists once expanded (a constant list, a shape with ranged
@@ -345,6 +370,9 @@ class DataSpecChecks:
         for i, entry in enumerate(spec.get(ATTR_COPY) or []):
             for attr, mapping in entry.items():
                 where = path + (ATTR_COPY, i, attr)
+                if is_whole_copy(mapping):
+                    self._check_whole_copy(spec, where, attr, mapping, args)
+                    continue
                 target, (src_arg, src_elem) = mapping
                 own = expanded_lists(spec, attr)
                 if own is None:

@@ -8,7 +8,7 @@ read or write once expanded. Pure Python, no torch.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 ATTR_RANGE = "__range__"
 ATTR_COPY = "__copy__"
@@ -75,9 +75,11 @@ def vary_kind(spec: Dict[str, Any], key: str) -> Optional[str]:
     return CHOICES
 
 
-def data_spec_axes(spec: Dict[str, Any], path: tuple = ()) -> Iterator[Tuple[tuple, int]]:
-    """(path, number of values) of each axis one data spec creates, in expansion order
-    (attributes in key order, a shape's dims in order, list items in order)."""
+def data_spec_axis_values(spec: Dict[str, Any],
+                          path: tuple = ()) -> Iterator[Tuple[tuple, Union[range, list]]]:
+    """(path, values) of each axis one data spec creates, in expansion order (attributes in key
+    order, a shape's dims in order, list items in order): a ``range`` for an inclusive
+    ``[min, max(, step)]``, else the list of choices."""
     for key, value in spec.items():
         kind = vary_kind(spec, key)
         if kind is None:
@@ -86,14 +88,22 @@ def data_spec_axes(spec: Dict[str, Any], path: tuple = ()) -> Iterator[Tuple[tup
         if kind == DIMS:
             for i, dim in enumerate(value):
                 if isinstance(dim, list):
-                    yield where + (i,), range_length(dim)
+                    yield where + (i,), full_range(dim)
         elif kind == INT_RANGE:
-            yield where, range_length(value)
+            yield where, full_range(value)
         elif kind == ITEMS:
             for i, item in enumerate(value):
-                yield from data_spec_axes(item, where + (i,))
+                yield from data_spec_axis_values(item, where + (i,))
         else:
-            yield where, len(value)
+            yield where, value
+
+
+def data_spec_axes(spec: Dict[str, Any], path: tuple = ()) -> Iterator[Tuple[tuple, int]]:
+    """(path, number of values) of each axis one data spec creates, in expansion order."""
+    for where, values in data_spec_axis_values(spec, path):
+        # by arithmetic: len(range) overflows past sys.maxsize, which int64 bounds reach
+        yield where, (range_length([values.start, values.stop - 1, values.step])
+                      if isinstance(values, range) else len(values))
 
 
 def variant_axes(arg_spec_list: Dict[str, Any], path: tuple = ()) -> Iterator[Tuple[tuple, int]]:
@@ -103,6 +113,42 @@ def variant_axes(arg_spec_list: Dict[str, Any], path: tuple = ()) -> Iterator[Tu
         yield from data_spec_axes(spec, path + ("args", i))
     for key, spec in (arg_spec_list.get("kwargs") or {}).items():
         yield from data_spec_axes(spec, path + ("kwargs", key))
+
+
+#: A variant expanding to more than this many times its literal reading gets a warning.
+MISREAD_FACTOR = 10
+
+
+def literal_count(arg_spec_list: Dict[str, Any]) -> Optional[int]:
+    """How many configs a reader who takes every varying list as a list of alternatives taken
+    together would expect: the longest list written (``[[64, 256, 64], [128, 256, 128]]`` reads
+    as 2 shapes; it expands to 4 x 2). None when nothing in the variant can be misread that way:
+    only a shape whose every dim is a range (it looks like a list of shapes) or a ranged int
+    value (it looks like a list of choices) can."""
+    longest, ambiguous = 1, False
+    for section in ("args", "kwargs"):
+        entries = arg_spec_list.get(section) or ([] if section == "args" else {})
+        for spec in (entries if section == "args" else entries.values()):
+            values, misread = _literal_values(spec)
+            longest, ambiguous = max(longest, values), ambiguous or misread
+    return longest if ambiguous else None
+
+
+def _literal_values(spec: Any) -> Tuple[int, bool]:
+    if not isinstance(spec, dict):
+        return 1, False
+    longest, ambiguous = 1, False
+    for key, value in spec.items():
+        kind = vary_kind(spec, key)
+        if kind == ITEMS:
+            for item in value:
+                values, misread = _literal_values(item)
+                longest, ambiguous = max(longest, values), ambiguous or misread
+        elif kind is not None and isinstance(value, list):
+            longest = max(longest, len(value))
+            ambiguous = ambiguous or kind == INT_RANGE or (
+                kind == DIMS and bool(value) and all(isinstance(d, list) for d in value))
+    return longest, ambiguous
 
 
 def variant_count(arg_spec_list: Dict[str, Any]) -> int:
@@ -127,15 +173,27 @@ def expanded_lists(spec: Dict[str, Any], attr: str) -> Optional[List[list]]:
     return [value] if isinstance(value, list) else None
 
 
-def copy_steps(arg_spec_list: Dict[str, Any]) -> List[Tuple[str, Any, str, int, int, int]]:
+def is_whole_copy(mapping: Any) -> bool:
+    """``{"dtype": 0}``: a copy of a whole attribute from arg 0 (else one list element,
+    ``{"shape": [target, [arg, element]]}``)."""
+    return isinstance(mapping, int) and not isinstance(mapping, bool)
+
+
+def copy_steps(arg_spec_list: Dict[str, Any]) -> List[Tuple[str, Any, str, Optional[int], int,
+                                                            Optional[int]]]:
     """Every ``__copy__`` of an arg-spec-list as (section, arg index or kwarg name, attribute,
-    target index, source arg index, source element index), in the order they apply."""
-    steps = []
+    target index, source arg index, source element index), in the order they apply; a copy of
+    a whole attribute (``{"dtype": 0}``) has None for both indices."""
+    steps: List[Tuple[str, Any, str, Optional[int], int, Optional[int]]] = []
     for section in ("args", "kwargs"):
         entries = arg_spec_list.get(section) or ([] if section == "args" else {})
         keyed = enumerate(entries) if section == "args" else entries.items()
         for where, spec in keyed:
             for entry in spec.get(ATTR_COPY, ()) if isinstance(spec, dict) else ():
-                for attr, (target, (src_arg, src_elem)) in entry.items():
-                    steps.append((section, where, attr, target, src_arg, src_elem))
+                for attr, mapping in entry.items():
+                    if is_whole_copy(mapping):
+                        steps.append((section, where, attr, None, mapping, None))
+                    else:
+                        target, (src_arg, src_elem) = mapping
+                        steps.append((section, where, attr, target, src_arg, src_elem))
     return steps

@@ -227,9 +227,31 @@ def _error_problems(error) -> List[Problem]:
     return [_error_problem(error)]
 
 
+_JSON_TYPES = {"array": list, "object": dict, "string": str, "null": type(None),
+               "boolean": bool, "integer": int, "number": (int, float)}
+
+
+def _fits(branch: Any, instance: Any) -> bool:
+    """Whether a schema branch's ``type`` admits the instance's JSON type."""
+    kind = branch.get("type") if isinstance(branch, dict) else None
+    if not isinstance(kind, str) or kind not in _JSON_TYPES:
+        return False
+    if isinstance(instance, bool) and kind != "boolean":
+        return False
+    return isinstance(instance, _JSON_TYPES[kind])
+
+
 def _error_problem(error) -> Problem:
     path = tuple(error.absolute_path)
     kind = error.validator
+    if kind in ("anyOf", "oneOf") and error.context:
+        # One branch of the instance's own JSON type: what is wrong inside it says the most.
+        fitting = [i for i, branch in enumerate(error.validator_value)
+                   if _fits(branch, error.instance)]
+        inner = [e for e in error.context if len(fitting) == 1 and e.schema_path
+                 and e.schema_path[0] == fitting[0]]
+        if inner:
+            return _error_problem(max(inner, key=lambda e: len(e.absolute_path)))
     custom = error.schema.get("x-error") if isinstance(error.schema, dict) else None
     if custom is None and kind in ("anyOf", "oneOf"):
         # A branch's x-error says what was expected (e.g. a shape dim) better than "not valid

@@ -21,8 +21,8 @@ from param_compute.spec import fastpath
 from param_compute.spec.data_checks import DataSpecChecks, _Section
 from param_compute.spec.limits import (CUSTOM_ITERATOR_PROBE, MAX_OPERATORS, MAX_PROBLEMS,
                                        MAX_RUNS_PER_VARIANT, MAX_VALUES_PER_AXIS)
-from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, RANGE_ITERATOR,
-                                       variant_axes)
+from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, MISREAD_FACTOR,
+                                       RANGE_ITERATOR, literal_count, variant_axes)
 from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker, BenchmarkSpec,
                                       OperatorSpec, Resolution, Resolver)
 from param_compute.spec.reserved import RESERVED_KEYS, capture_problems, capture_settings
@@ -50,6 +50,8 @@ class SpecValidator(DataSpecChecks):
         self.warnings: List[str] = []
         self._plain: Any = frozenset()  # ids of the arg-spec-lists proved problem-free
         self._aten_checked: Dict[Tuple[str, str], Optional[str]] = {}
+        #: (key, plugins reading there) -> JSON paths: unknown keys accepted for such plugins.
+        self._undeclared: Dict[Tuple[str, Tuple[str, ...]], List[tuple]] = {}
 
     # -- entry point ------------------------------------------------------------------------
     def validate(self, raw: Any) -> BenchmarkSpec:
@@ -100,6 +102,8 @@ class SpecValidator(DataSpecChecks):
                 (), f"validation stopped after {MAX_PROBLEMS} problems", "fix these first")]
         if self.problems:
             raise SpecError(self.source, _dedupe(self.problems))
+        if self._undeclared:
+            self.warnings.append(_undeclared_warning(self._undeclared))
         for warning in self.warnings:
             log.warning("%s: %s", self.source, warning)
         return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings),
@@ -110,8 +114,14 @@ class SpecValidator(DataSpecChecks):
         there (``spec_keys``); another unknown key's hint names the declared ones."""
         if not problem.message.startswith("unknown key ") or len(problem.path) < 2:
             return problem
-        declared = self.registries.declared_keys(raw.get(problem.path[0]), problem.path[1:-1])
+        operator, where = raw.get(problem.path[0]), problem.path[1:-1]
+        declared = self.registries.declared_keys(operator, where)
         if problem.path[-1] in declared:
+            return None
+        readers = getattr(self.registries, "undeclared_readers", lambda *_: [])(operator, where)
+        if readers:  # a PARAM-style plugin reads it, or may: accepted, said once (_validate)
+            self._undeclared.setdefault((problem.path[-1], tuple(readers)), []).append(
+                problem.path)
             return None
         if not declared:
             return problem
@@ -258,6 +268,13 @@ class SpecValidator(DataSpecChecks):
             elif count > MAX_RUNS_PER_VARIANT:
                 self.problem(path, f"this variant expands to {count} runs, over the "
                                    f"{MAX_RUNS_PER_VARIANT} limit")
+            else:
+                literal = literal_count(asl)
+                if literal is not None and count > MISREAD_FACTOR * literal:
+                    self.warn(path, f"expands to {count} runs from {literal} values written: "
+                                    "a shape dim or int value written [min, max(, step)] is an "
+                                    "inclusive range, and ranges multiply (use __list__ for a "
+                                    "list of whole alternatives; --explain shows the expansion)")
 
 
 def _proved_entry(entry: Dict[str, Any], proved) -> bool:
@@ -298,6 +315,17 @@ def _under(path: tuple, bad_paths) -> bool:
         return False
     n = len(path)
     return any(len(bad) >= n and tuple(bad[:n]) == path for bad in bad_paths)
+
+
+def _undeclared_warning(accepted: Dict[Tuple[str, Tuple[str, ...]], List[tuple]]) -> str:
+    """One warning for every unknown key accepted because a plugin that declares no keys reads
+    there: each key with its readers, where it first occurs and how often."""
+    parts = []
+    for (key, readers), paths in accepted.items():
+        more = f" (and {len(paths) - 1} more {key!r})" if len(paths) > 1 else ""
+        parts.append(f"{format_json_path(paths[0])}{more}, read there by {', '.join(readers)}")
+    return ("keys no plugin declares accepted, for plugins that declare none (spec_keys): "
+            + "; ".join(parts))
 
 
 def _dedupe(problems: List[Problem]) -> List[Problem]:

@@ -1,26 +1,63 @@
-"""Console output: a rich progress bar (when stderr is a terminal) and the summary table."""
+"""Console output: progress (a rich bar on a terminal, INFO log lines elsewhere) and the summary
+table.
+
+The table shows each run's config (``results.config_label``) and fits the console's width: at
+120 columns and less the p10–p90 and rate columns go, at 100 and less the id too, and the config
+column takes what is left (cut with ``…``); rows never wrap. ``max_rows`` bounds the rows shown
+(memory stays flat for huge runs: with ``sort`` only the first ``max_rows`` by that column are
+kept, in a heap); ``None`` shows them all.
+"""
 
 from __future__ import annotations
 
+import heapq
+import logging
 import sys
-from typing import List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
+from param_compute.plan.summary import config_label
 from param_compute.results.sinks.base import RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
-from param_compute.results.records import STATUS_OK, RunRecord
+from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
 from param_compute.results.stats import MIN_TRUSTED_N, is_noisy
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.workload_totals import WorkloadTotals
 from param_compute.formatting import format_ms
 
-#: The summary table shows at most this many runs (memory stays flat for huge runs).
+log = logging.getLogger("param_compute")
+
+#: The summary table shows at most this many runs by default (``--max-rows N|all``).
 SUMMARY_ROWS = 40
+#: Off a terminal, a progress line at most this often (seconds), at INFO.
+PROGRESS_EVERY_S = 10.0
+
+#: ``--sort`` columns: how a record sorts (larger first for numbers, A-Z for text).
+SORT_COLUMNS = ("median", "op", "id", "config", "n", "tflops", "gbps")
+
+
+def max_rows(text: str) -> Optional[int]:
+    """``--max-rows``: a number of rows >= 0, or ``all`` (None)."""
+    if text == "all":
+        return None
+    if not text.isdigit():
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a number of rows >= 0 or 'all', got {text!r}")
+    return int(text)
+
+
+def protocol_text(warmup_time: float, min_time: float) -> Optional[str]:
+    """``--warmup-time 0.2 --min-time 0.5`` as the run used it (None: neither)."""
+    used = [f"--{flag} {value:g}" for flag, value in (("warmup-time", warmup_time),
+                                                     ("min-time", min_time)) if value]
+    return " ".join(used) or None
 
 
 def _rate(value) -> str:
@@ -29,26 +66,84 @@ def _rate(value) -> str:
     return f"{value:.3g}"
 
 
+def _first_stats(record: RunRecord) -> Tuple[Optional[Dict[str, float]], Dict[str, Any]]:
+    """The first measured pass's statistics and rates (what a sort looks at)."""
+    stats_by_pass = record.stats() if record.passes else {}
+    for measured in record.passes:
+        stats = stats_by_pass.get(measured.name)
+        if stats is not None:
+            return stats, measured.throughput(stats["median"]) or {}
+    return None, {}
+
+
+def sort_key(column: str) -> Callable[[RunRecord], Any]:
+    """A key for ``heapq``/``sorted`` that puts the record a reader wants first lowest."""
+    if column in ("op", "id"):
+        return lambda r: (r.op_name, r.id) if column == "op" else r.id
+    if column == "config":
+        return lambda r: config_label(r.config)
+
+    def numeric(record: RunRecord) -> float:
+        stats, rates = _first_stats(record)
+        value = {"median": (stats or {}).get("median"), "n": (stats or {}).get("n"),
+                 "tflops": rates.get("tflops_per_s"), "gbps": rates.get("gb_per_s")}[column]
+        return -value if value is not None else float("inf")  # largest first, unmeasured last
+
+    return numeric
+
+
+#: (column, justify, the narrowest console that still shows it)
+_COLUMNS = (("op", "left", 0), ("id", "left", 101), ("config", "left", 0), ("pass", "left", 0),
+            ("median", "right", 0), ("95% CI", "right", 0), ("p10 – p90", "right", 121),
+            ("n", "right", 0), ("TFLOP/s", "right", 121), ("GB/s", "right", 121),
+            ("% peak", "right", 81))
 
 
 class ConsoleReporter:
     """Progress while running, then one summary table of measured runs and failures."""
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,
-                 console: Optional[Console] = None):
+                 console: Optional[Console] = None, max_rows: Optional[int] = SUMMARY_ROWS,
+                 sort: Optional[str] = None, protocol: Optional[str] = None):
         # Off a terminal (a log, a pipe), wide enough for every column rather than 80 characters.
         self.console = console or Console(stderr=True,
                                           width=None if sys.stderr.isatty() else 200)
         self.show_progress = sys.stderr.isatty() if progress is None else progress
+        #: Off a terminal (and not asked to be quiet): progress as INFO log lines.
+        self.log_progress = progress is None and not self.show_progress
         self.results_path = results_path
-        self.rows: List[RunRecord] = []
-        self.hidden_rows = 0
+        #: The measurement protocol the run used (``--warmup-time 0.2 --min-time 0.5``), if
+        #: any: too few values then call for a longer --min-time, not for the protocol.
+        self.protocol = protocol
+        self.max_rows = max_rows
+        self.sort = sort
+        self._key = sort_key(sort) if sort else None
+        self._kept: List[Tuple[Any, int, RunRecord]] = []  # (key, order, record); a heap by -key
+        self.seen = 0
         self.too_few = 0  # runs with a pass of fewer than MIN_TRUSTED_N measured values
         self.workload = WorkloadTotals()  # records with a count: a captured workload
         self.progress: Optional[Progress] = None
         self.task = None
+        self.total: Optional[int] = None
+        self.done = 0
+        self._started = self._last_line = time.monotonic()
+        self._logged = False
+
+    @property
+    def rows(self) -> List[RunRecord]:
+        """The records the table shows, in table order."""
+        if self._key is not None and self.max_rows is not None:  # the heap: best key last
+            ordered = sorted(self._kept, key=lambda kept: kept[:2], reverse=True)
+        else:
+            ordered = sorted(self._kept, key=lambda kept: kept[:2])
+        return [record for _, _, record in ordered]
+
+    @property
+    def hidden_rows(self) -> int:
+        return self.seen - len(self._kept)
 
     def start(self, total: Optional[int]) -> None:
+        self.total = total
         if not self.show_progress:
             return
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
@@ -58,55 +153,58 @@ class ConsoleReporter:
         self.task = self.progress.add_task("starting", total=total)
 
     def run_done(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
+        self.done += 1
         if self.progress is not None:
-            self.progress.update(self.task, advance=1, description=f"{run.op_name} {run.id}")
+            self.progress.update(self.task, advance=1, description=self._describe(run))
+        elif self.log_progress:
+            self._progress_line(run)
         if record is None:
             return
         self.workload.add(record)
         self.too_few += any(0 < len(p.measure_ms) < MIN_TRUSTED_N for p in record.passes)
-        if len(self.rows) < SUMMARY_ROWS:
-            self.rows.append(record)
-        else:
-            self.hidden_rows += 1
+        self._keep(record)
+
+    def _describe(self, run: PlannedRun) -> str:
+        return f"{run.op_name} {run.id} {config_label(run.config(), 40)}".rstrip()
+
+    def _progress_line(self, run: PlannedRun) -> None:
+        now = time.monotonic()
+        last = self.done == self.total and self._logged  # the end, once progress was shown
+        if now - self._last_line < PROGRESS_EVERY_S and not last:
+            return  # a short run shows no progress lines at all
+        self._last_line, self._logged = now, True
+        elapsed = now - self._started
+        of = f"/{self.total}" if self.total else ""
+        left = (f", about {elapsed / self.done * (self.total - self.done):.0f} s left"
+                if self.total else "")
+        log.info("progress: %d%s runs in %.0f s%s (now %s)", self.done, of, elapsed, left,
+                 self._describe(run))
+
+    def _keep(self, record: RunRecord) -> None:
+        order = self.seen
+        self.seen += 1
+        if self.max_rows is None:
+            self._kept.append((self._key(record) if self._key else order, order, record))
+            return
+        if self._key is None:  # run order: the first max_rows
+            if len(self._kept) < self.max_rows:
+                self._kept.append((order, order, record))
+            return
+        entry = (_Reverse(self._key(record)), -order, record)  # heap top: the worst kept
+        if len(self._kept) < self.max_rows:
+            heapq.heappush(self._kept, entry)
+        elif entry[:2] > self._kept[0][:2]:
+            heapq.heapreplace(self._kept, entry)
 
     def finish(self, summary: RunSummary) -> None:
         if self.progress is not None:
             self.progress.stop()
-        table = Table(title="param_compute results", title_justify="left")
-        for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
-                                ("median", "right"), ("95% CI", "right"),
-                                ("p10 – p90", "right"), ("n", "right"),
-                                ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right")):
-            names = [r.op_name for r in self.rows] if column == "op" else (
-                [r.id for r in self.rows] if column == "id" else None)
-            if names:  # run names are never cut short; the numbers wrap instead
-                table.add_column(column, justify=justify, no_wrap=True,
-                                 min_width=min(40, max(len(str(n)) for n in names)))
-            else:
-                table.add_column(column, justify=justify)
-        for record in self.rows:
-            if record.status != STATUS_OK:
-                table.add_row(record.op_name, record.id, "-", f"[red]{record.status}[/red]",
-                              record.error.message[:60] if record.error else "", "")
-                continue
-            stats_by_pass = record.stats()
-            for measured in record.passes:
-                stats = stats_by_pass[measured.name]
-                if stats is None:
-                    continue
-                rates = measured.throughput(stats["median"]) or {}
-                noisy = " [yellow]noisy[/yellow]" if is_noisy(stats) else ""
-                table.add_row(record.op_name, record.id, measured.name,
-                              format_ms(stats["median"]) + noisy,
-                              f"±{stats['ci_rel_width'] / 2:.1%}",
-                              f"{format_ms(stats['p10'])} – {format_ms(stats['p90'])}",
-                              str(stats["n"]),
-                              _rate(rates.get("tflops_per_s")), _rate(rates.get("gb_per_s")),
-                              percent_of_peak(rates))
-        if self.rows:
-            self.console.print(table)
+        rows = self.rows
+        if rows:
+            self.console.print(self._table(rows))
         if self.hidden_rows:
-            self.console.print(f"... {self.hidden_rows} more runs in the results file")
+            self.console.print(f"... {self.hidden_rows} more runs in the results file "
+                               "(--max-rows all shows every one)")
         if self.workload.configs or self.workload.failed_configs:
             print_workload_totals(self.console, self.workload)
         parts = [f"{summary.ok} measured"]
@@ -118,10 +216,11 @@ class ConsoleReporter:
             parts.append(f"{summary.skipped} skipped")
         self.console.print(", ".join(parts))
         if self.too_few:
+            advice = (f"they ran with {self.protocol}: a longer --min-time gives more"
+                      if self.protocol else "recommended: --warmup-time 0.2 --min-time 0.5")
             self.console.print(
                 f"[yellow]{self.too_few} run(s) have fewer than {MIN_TRUSTED_N} measured values: "
-                "too few to trust[/yellow] (recommended: --warmup-time 0.2 --min-time 0.5)",
-                soft_wrap=True, highlight=False)
+                f"too few to trust[/yellow] ({advice})", soft_wrap=True, highlight=False)
         for note in getattr(summary, "notes", ()):  # what other sinks declared
             self.console.print(note, soft_wrap=True, highlight=False)
         for record in summary.failed[:SUMMARY_ROWS]:
@@ -130,6 +229,86 @@ class ConsoleReporter:
                                f"{record.error.message}", soft_wrap=True, highlight=False)
         if self.results_path:
             self.console.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)
+
+    def _table(self, rows: List[RunRecord]) -> Table:
+        width = self.console.width
+        columns = [(name, justify) for name, justify, narrowest in _COLUMNS
+                   if width >= narrowest]
+        shown = [name for name, _ in columns]
+        cells = [self._cells(record, shown) for record in rows]
+        cells = [row for rows_of_record in cells for row in rows_of_record]
+        table = Table(title="param_compute results", title_justify="left")
+        # Every column but the config keeps its natural width; the config gets the rest.
+        natural = {name: max([len(name)] + [len(_plain(row[i])) for row in cells])
+                   for i, name in enumerate(shown)}
+        borders = 3 * len(shown) + 1
+        room = width - borders - sum(w for name, w in natural.items() if name != "config")
+        for i, (name, justify) in enumerate(columns):
+            if name == "config":
+                fit = max(8, min(natural[name], room))
+                table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
+                                 max_width=fit, min_width=min(fit, natural[name]))
+            else:
+                table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
+                                 min_width=natural[name])
+        for row in cells:
+            table.add_row(*row)
+        return table
+
+    def _cells(self, record: RunRecord, shown: List[str]) -> List[List[str]]:
+        label = config_label(record.config)
+        base = {"op": record.op_name, "id": record.id, "config": label}
+        if record.status == STATUS_DRY_RUN:
+            return [[base.get(c, "planned" if c == "pass" else "") for c in shown]]
+        if record.status != STATUS_OK:
+            message = record.error.message[:60] if record.error else ""
+            values = {**base, "pass": "-", "median": f"[red]{record.status}[/red]",
+                      "95% CI": message}
+            return [[values.get(c, "") for c in shown]]
+        out = []
+        stats_by_pass = record.stats()
+        for measured in record.passes:
+            stats = stats_by_pass[measured.name]
+            if stats is None:
+                continue
+            rates = measured.throughput(stats["median"]) or {}
+            noisy = " [yellow]noisy[/yellow]" if is_noisy(stats) else ""
+            values = {**base, "pass": measured.name,
+                      "median": format_ms(stats["median"]) + noisy,
+                      "95% CI": ("-" if stats["n"] < 2
+                                 else f"±{stats['ci_rel_width'] / 2:.1%}"),
+                      "p10 – p90": f"{format_ms(stats['p10'])} – {format_ms(stats['p90'])}",
+                      "n": str(stats["n"]),
+                      "TFLOP/s": _rate(rates.get("tflops_per_s")),
+                      "GB/s": _rate(rates.get("gb_per_s")),
+                      "% peak": percent_of_peak(rates)}
+            out.append([values[c] for c in shown])
+        return out
+
+
+class _Reverse:
+    """Inverts an ordering, so a min-heap keeps the ``max_rows`` smallest keys at its bottom."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: "_Reverse") -> bool:
+        return other.key < self.key
+
+    def __gt__(self, other: "_Reverse") -> bool:
+        return other.key > self.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reverse) and self.key == other.key
+
+
+def _plain(cell: str) -> str:
+    """A cell's text without rich markup (for its width)."""
+    from rich.text import Text
+
+    return Text.from_markup(cell).plain
 
 
 def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int = 10) -> None:
