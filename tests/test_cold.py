@@ -7,6 +7,7 @@ import pytest
 
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.errors import EXIT_INVALID
+from param_compute.results.records import PassResult
 from param_compute.runtime.cold import (FALLBACK_CACHE_BYTES, CacheFlush, ColdCache, Rotation,
                                         copies_needed, cpu_cache_bytes)
 
@@ -63,12 +64,14 @@ def test_cold_cache_binds_fresh_copies_until_the_cache_is_exceeded():
         bound.append(1)
         return lambda: len(bound)
 
-    fn, copies = cold.forward(lambda: 0, cold.cache // 2, more)
-    assert copies == 4 and len(bound) == 3 and isinstance(fn, Rotation)
-    assert cold.metric(copies) == {"cold.copies": [4], "cold.flush_bytes": [0],
-                                   "cold.cache_bytes": [cold.cache]}
-    same, one = cold.forward(len, 4 * cold.cache, more)
-    assert same is len and one == 1
+    fn = cold.forward(lambda: 0, cold.cache // 2, more)
+    assert len(bound) == 3 and isinstance(fn, Rotation) and len(fn.fns) == 4
+    forward, backward = PassResult("forward", [], []), PassResult("backward", [], [])
+    cold.note([forward, backward], fn)
+    assert forward.extra == {"cold.copies": [4], "cold.flush_bytes": [0],
+                             "cold.cache_bytes": [cold.cache]}
+    assert backward.extra["cold.copies"] == [1]  # the backward pass runs on one copy
+    assert cold.forward(len, 4 * cold.cache, more) is len
 
 
 def test_flush_writes_a_buffer_twice_the_cache():

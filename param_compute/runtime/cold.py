@@ -124,20 +124,37 @@ class ColdCache:
         if method in ("flush", "both") and not device.startswith("cuda"):
             self.flush = CacheFlush(FLUSH_FACTOR * self.cache, device)
 
+    @classmethod
+    def attach(cls, method: Optional[str], device) -> Optional["ColdCache"]:
+        """The ``ColdCache`` of ``--cold METHOD`` on a ``runtime.devices.Device`` (its flush
+        installed as the clock's pre-call hook on CPU), or None without ``--cold``."""
+        if not method:
+            return None
+        cold = cls(method, device.name)
+        if cold.flush is not None:
+            device.clock.barrier = cold.flush  # run before each discrete iteration, untimed
+        return cold
+
     def flush_bytes(self) -> int:
         if self.method not in ("flush", "both"):
             return 0
         return self.cache if self.device.startswith("cuda") else self.flush.nbytes
 
     def forward(self, fn: Callable[[], Any], input_bytes: int,
-                more: Callable[[], Callable[[], Any]]) -> Tuple[Callable[[], Any], int]:
-        """(the callable to time, copies): ``fn`` itself, or a ``Rotation`` over ``fn`` and
-        the callables ``more()`` binds to fresh copies of the inputs."""
+                more: Callable[[], Callable[[], Any]]) -> Callable[[], Any]:
+        """The callable to time: ``fn`` itself, or a ``Rotation`` over ``fn`` and the
+        callables ``more()`` binds to fresh copies of the inputs."""
         copies = copies_needed(input_bytes, self.cache) if self.rotate else 1
         if copies == 1:
-            return fn, 1
+            return fn
         fns: List[Callable[[], Any]] = [fn] + [more() for _ in range(copies - 1)]
-        return Rotation(fns), copies
+        return Rotation(fns)
+
+    def note(self, passes: Sequence[Any], timed: Callable[[], Any]) -> None:
+        """Say in each pass's metric what was done (the forward pass timed ``timed``)."""
+        copies = len(timed.fns) if isinstance(timed, Rotation) else 1
+        for result in passes:
+            result.extra.update(self.metric(copies if result.name == "forward" else 1))
 
     def metric(self, copies: int) -> dict:
         """What was done, for a pass's metric (every value a list of numbers)."""

@@ -126,9 +126,7 @@ class Executor:
         self.spec = context.spec
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
-        self.cold = ColdCache(options.cold, self.device.name) if options.cold else None
-        if self.cold is not None and self.cold.flush is not None:
-            self.device.clock.barrier = self.cold.flush  # the pre-call hook of discrete mode
+        self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
@@ -161,20 +159,15 @@ class Executor:
                 args, kwargs = self._phase("data", lambda: self._generator(
                     op_spec.input_data_generator).get_data(run.input, self.options.device))
                 fn, setup = self._phase("forward", lambda: self._bind(op, args, kwargs))
-                timed, copies = fn, 1
-                if self.cold is not None:  # --cold: rotate among copies of the inputs
-                    timed, copies = self._phase("data", lambda: self._cold_copies(
-                        run, op, op_spec, fn, args, kwargs))
+                timed = self._phase("data", lambda: self._cold_copies(
+                    run, op, op_spec, fn, args, kwargs))
                 passes.append(self._phase("forward", lambda: self._forward(
                     run, timed, setup, args, kwargs)))
-                del timed
                 if self.options.backward:
                     passes.append(self._phase("backward", lambda: self._backward(
                         run, op, fn, args, kwargs)))
                 if self.cold is not None:
-                    for result in passes:
-                        result.extra.update(self.cold.metric(
-                            copies if result.name == "forward" else 1))
+                    self.cold.note(passes, timed)
                 verdict = (self._phase("verify", lambda: self._verify(op, fn, args, kwargs))
                            if self.options.verify else None)
         except _PhaseError as failure:
@@ -198,14 +191,15 @@ class Executor:
         return record
 
     def _cold_copies(self, run: PlannedRun, op, op_spec, fn, args, kwargs):
-        """(the forward callable, copies) for ``--cold``: more copies of the inputs (the same
-        values: the generator reseeded for each) bound in turn until they exceed the cache."""
+        """``fn``, or with ``--cold`` a rotation over it and ``op`` bound to more copies of the
+        inputs (the same values: the generator reseeded for each) past the cache."""
+        if self.cold is None:
+            return fn
+        generator = self._generator(op_spec.input_data_generator)
+
         def bind_copy():
             self.seed_run(run.key)
-            more_args, more_kwargs = self._generator(op_spec.input_data_generator).get_data(
-                run.input, self.options.device)
-            return op.bind_forward(more_args, more_kwargs)
-
+            return op.bind_forward(*generator.get_data(run.input, self.options.device))
         return self.cold.forward(fn, tensor_bytes(args) + tensor_bytes(kwargs), bind_copy)
 
     def _check_memory(self, run: PlannedRun, op_spec) -> None:

@@ -36,8 +36,6 @@ def _is_device(value: Any) -> bool:
     return kind in ("cpu", "cuda", "meta", "mps", "xpu") and index.isdigit()
 
 
-
-
 def _range_problem(bounds: Any) -> Optional[str]:
     """What is wrong with a ``[min, max(, step)]`` integer range, or None."""
     if not isinstance(bounds, list) or len(bounds) not in (2, 3) or not all(map(_is_int, bounds)):
@@ -64,7 +62,6 @@ class _Section:
     @property
     def custom(self) -> bool:
         return self.iterator not in (RANGE_ITERATOR, DEFAULT_ITERATOR, DUMMY_ITERATOR)
-
 
 
 #: The check of each data spec type (a method of ``DataSpecChecks``).
