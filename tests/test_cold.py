@@ -130,3 +130,34 @@ def test_rotation_works_in_continuous_mode(tmp_path):
     assert result.returncode == 0, result.stderr
     _, [run], _ = read_results(out)
     assert run["metric"]["forward"]["cold.copies"][0] == 256
+
+
+def test_on_cuda_the_cache_is_the_l2_and_flush_is_the_clock_s_own(monkeypatch):
+    import types
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(L2_cache_size=50 << 20))
+    cold = ColdCache("both", "cuda:0")
+    assert cold.cache == 50 << 20 and cold.source == "the CUDA device's L2"
+    assert cold.flush is None and cold.flush_bytes() == 50 << 20  # CudaEventClock flushes it
+    device = types.SimpleNamespace(name="cuda:0", clock=types.SimpleNamespace(barrier="own"))
+    assert ColdCache.attach("both", device).rotate and device.clock.barrier == "own"
+    cpu = types.SimpleNamespace(name="cpu", clock=types.SimpleNamespace(barrier=None))
+    attached = ColdCache.attach("flush", cpu)
+    assert cpu.clock.barrier is attached.flush and not attached.rotate
+    assert ColdCache.attach(None, cpu) is None
+
+
+def test_cold_flush_with_a_warm_l2_and_rotation_with_graphs_are_refused():
+    from param_compute.errors import OptionsError
+    from param_compute.runtime.options import RunOptions
+
+    with pytest.raises(OptionsError, match="drop --cuda-l2-cache on"):
+        RunOptions(device="cuda", cold="flush", cuda_l2_cache=True).check()
+    with pytest.raises(OptionsError, match="drop --cuda-graph/--pt2-model"):
+        RunOptions(cold="rotate", pt2_model=True).check()
+    with pytest.raises(OptionsError, match="--cold must be rotate, flush or both"):
+        RunOptions(cold="lukewarm").check()
+    assert RunOptions.from_json(RunOptions(cold="both").to_json()).cold == "both"
