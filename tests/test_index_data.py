@@ -304,3 +304,30 @@ def test_tables_of_different_widths_are_refused_with_the_reason():
     assert named["offsets"]["bags"] == {"indices": 10, "bags": 4, "as": "offsets_with_end"}
     named["B_offsets"] = {**long, "shape": [3]}
     assert "B_offsets" in tbe_rule(named)
+
+
+def test_a_pt2_lookup_s_packed_weights_list_gets_its_placements_and_offsets():
+    """The execution trace's ``split_embedding_codegen_lookup_*_function_pt2`` passes
+    ``weights`` as a list ``[flat weights, placements, offsets]``."""
+    from param_compute.capture.tbe_rules import HOST, tbe_rule
+
+    long = {"type": "tensor", "dtype": "long"}
+    packed = {"type": "genericlist", "value": [
+        {"type": "tensor", "dtype": "float", "shape": [9600]},
+        {"type": "tensor", "dtype": "int", "shape": [3]}, {**long, "shape": [3]}]}
+    named = {"weights": packed, "D_offsets": {**long, "dtype": "int", "shape": [4]},
+             "total_D": {"type": "int", "value": 48}, "max_D": {"type": "int", "value": 16},
+             "hash_size_cumsum": {**long, "shape": [4]},
+             "indices": {**long, "shape": [120], "value_range": [3, 599]},
+             "offsets": {**long, "shape": [25], "value_range": [0, 120]}}
+    assert tbe_rule(named) is None
+    assert packed["value"][1]["values"] == [HOST] * 3  # a CPU tensor: host placement
+    assert packed["value"][2]["values"] == [0, 3200, 6400]
+    assert named["D_offsets"]["values"] == [0, 16, 32, 48]
+    assert named["hash_size_cumsum"]["values"] == [0, 200, 400, 600]
+    # the recorded range is cut to what every rebuilt table holds
+    assert named["indices"]["value_range"] == [3, 199]
+    assert named["offsets"] == {**long, "shape": [25],
+                                "bags": {"indices": 120, "bags": 24, "as": "offsets_with_end"}}
+    for spec in (packed["value"][1], named["D_offsets"], named["offsets"]):
+        assert structure_problems(spec) == []
