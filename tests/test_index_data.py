@@ -18,7 +18,7 @@ from param_compute.capture.index_rules import index_rules
 from param_compute.runtime.data import DefaultDataGenerator, materialize, seed_generators
 from param_compute.spec.index_data import (bags_problems, parse_distribution,
                                            pool_window_problems, structure_problems,
-                                           window_taps)
+                                           window_spans)
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -132,9 +132,10 @@ def test_max_pool_backward_indices_lie_in_their_windows(size, kernel, stride, di
     outs = [_pooled(n, kernel, stride, padding, dilation, ceil) for n in size]
     # Only windows with a tap inside the input: where a window lies wholly in the padding,
     # torch's own max_pool2d backward writes out of bounds (an abort), nothing to replay.
-    assume(min(outs) > 0 and not any(
-        first > last for n, out in zip(size, outs)
-        for first, last in window_taps(out, n, kernel, stride, padding, dilation)))
+    window = {"input": list(size), "kernel": [kernel] * 2, "stride": [stride] * 2,
+              "padding": [padding] * 2, "dilation": [dilation] * 2}
+    assume(min(outs) > 0 and not any(count < 1 for axis, out in enumerate(outs)
+                                     for _, count, _ in window_spans(window, axis, out)))
     image = torch.randn(1, 2, *size, requires_grad=True)
     with capture_ops() as cap:
         out = nn.functional.max_pool2d(image, kernel, stride, padding, dilation, ceil)
@@ -331,3 +332,30 @@ def test_a_pt2_lookup_s_packed_weights_list_gets_its_placements_and_offsets():
                                 "bags": {"indices": 120, "bags": 24, "as": "offsets_with_end"}}
     for spec in (packed["value"][1], named["D_offsets"], named["offsets"]):
         assert structure_problems(spec) == []
+
+
+@SETTINGS
+@given(size=st.tuples(st.integers(1, 14), st.integers(1, 14)),
+       out=st.tuples(st.integers(1, 6), st.integers(1, 6)), seed=st.integers(0, 2**16))
+def test_adaptive_max_pool_backward_indices_lie_in_their_adaptive_windows(size, out, seed):
+    from param_compute.operators.unsafe import unsafe_reason
+
+    image = torch.randn(1, 3, *size, requires_grad=True)
+    with capture_ops() as cap:
+        nn.functional.adaptive_max_pool2d(image, out).sum().backward()
+    entry = cap.spec()["aten::adaptive_max_pool2d_backward"]
+    asl = entry["config"][0]["input"][0]
+    [spec] = [a for a in asl["args"] if a.get("dtype") == "long"]
+    assert spec["pool_window"] == {"input": list(size), "adaptive": True}
+    assert unsafe_reason("aten::adaptive_max_pool2d_backward", asl,
+                         "PyTorch:DefaultDataGenerator") is None  # proved in bounds
+    seed_generators(seed)
+    indices = materialize(spec, "cpu")
+    (height, width), (out_h, out_w) = size, out
+    for oh in range(out_h):
+        for ow in range(out_w):
+            for flat in indices[..., oh, ow].flatten().tolist():
+                h, w = divmod(flat, width)
+                assert oh * height // out_h <= h < -(-(oh + 1) * height // out_h)
+                assert ow * width // out_w <= w < -(-(ow + 1) * width // out_w)
+    assert _replayed({"aten::adaptive_max_pool2d_backward": entry}) == 1

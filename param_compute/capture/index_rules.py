@@ -203,6 +203,21 @@ def _pool_window(dims: int) -> Callable[[Named], None]:
     return rule
 
 
+def _adaptive_window(dims: int) -> Callable[[Named], None]:
+    """Adaptive max-pool indices inside each output's adaptive window."""
+    plane = _spatial("self", "indices", dims)
+
+    def rule(named: Named) -> None:
+        shape, index_shape = _shape(named.get("self")), _shape(named.get("indices"))
+        window = {"input": shape[-dims:] if shape and len(shape) >= dims else None,
+                  "adaptive": True}
+        if index_shape is None or pool_window_problems(window, index_shape):
+            plane(named)
+        else:
+            _set_structure(named.get("indices"), "pool_window", window)
+    return rule
+
+
 def _bags(spec: Any, indices: int, bags: int, form: str) -> None:
     _set_structure(spec, "bags", {"indices": indices, "bags": bags, "as": form})
 
@@ -293,8 +308,8 @@ RULES: Dict[str, Callable[[Named], Optional[str]]] = {
     "multi_margin_loss_backward": _classes("self", "target"),
     "max_pool2d_with_indices_backward": _pool_window(2),
     "max_pool3d_with_indices_backward": _pool_window(3),
-    "adaptive_max_pool2d_backward": _spatial("self", "indices", 2),
-    "adaptive_max_pool3d_backward": _spatial("self", "indices", 3),
+    "adaptive_max_pool2d_backward": _adaptive_window(2),
+    "adaptive_max_pool3d_backward": _adaptive_window(3),
     "fractional_max_pool2d_backward": _spatial("self", "indices", 2),
     "fractional_max_pool3d_backward": _spatial("self", "indices", 3),
     "max_unpool2d": _unpool("indices"),

@@ -15,7 +15,7 @@ from typing import Any, Dict, Sequence
 import torch
 
 from param_compute.spec.index_data import (UNIFORM, coprime_stride, fixed_lengths,
-                                           parse_distribution, window_taps)
+                                           parse_distribution, window_spans)
 
 #: Above this many values the zipf ranks are not spread (``rank * stride`` would overflow int64).
 MAX_SPREAD = 1 << 31
@@ -67,26 +67,22 @@ def bag_values(bags: Dict[str, Any], dtype: torch.dtype, device: Any) -> torch.T
 def pool_window_values(shape: Sequence[int], window: Dict[str, Any], dtype: torch.dtype,
                        device: Any) -> torch.Tensor:
     """Max-pooling indices of shape ``shape``: each a position inside its output's window,
-    chosen uniformly among the taps that lie inside the input, as a flat spatial offset."""
+    chosen uniformly among those that lie inside the input, as a flat spatial offset."""
     dims = window["input"]
     spatial = len(dims)
-    outs = list(shape[len(shape) - spatial:])
     flat = torch.zeros(tuple(shape), dtype=torch.int64)
     step = 1
     for axis in reversed(range(spatial)):
-        kernel, stride = window["kernel"][axis], window["stride"][axis]
-        padding, dilation = window["padding"][axis], window["dilation"][axis]
-        taps = window_taps(outs[axis], dims[axis], kernel, stride, padding, dilation)
-        if any(first > last for first, last in taps):
+        out = shape[len(shape) - spatial + axis]
+        spans = window_spans(window, axis, out)
+        if any(count < 1 for _, count, _ in spans):
             raise ValueError(f"pool_window: a window along spatial dim {axis} lies outside "
                              "the input")
-        first = torch.tensor([t[0] for t in taps], dtype=torch.int64)
-        width = torch.tensor([t[1] - t[0] + 1 for t in taps], dtype=torch.int64)
-        start = torch.arange(outs[axis], dtype=torch.int64) * stride - padding
         view = [1] * len(shape)
-        view[len(shape) - spatial + axis] = outs[axis]
-        tap = first.view(view) + (torch.rand(tuple(shape)) * width.view(view)).long() \
-            .clamp_(max=width.view(view) - 1)
-        flat += (start.view(view) + tap * dilation) * step
+        view[len(shape) - spatial + axis] = out
+        begin, count, stride = (torch.tensor([span[i] for span in spans],
+                                             dtype=torch.int64).view(view) for i in range(3))
+        tap = (torch.rand(tuple(shape)) * count).long().clamp_(max=count - 1)
+        flat += (begin + tap * stride) * step
         step *= dims[axis]
     return flat.to(dtype=dtype, device=device)

@@ -25,9 +25,11 @@ through ``parse_distribution``. Torch-free.
 
 ``pool_window``: the tensor holds max-pooling indices (``max_pool*_with_indices_backward``):
   ``{"input": [spatial dims], "kernel": [...], "stride": [...], "padding": [...],
-  "dilation": [...]}``, one entry per spatial dim; each element lies in its output position's
-  window, at a position chosen uniformly among those inside the input, as the flat offset in
-  the input's spatial plane. The tensor's trailing dims are the pooled output's.
+  "dilation": [...]}``, one entry per spatial dim, or ``{"input": [...], "adaptive": true}``
+  (``adaptive_max_pool*_backward``: output o's window spans ``[floor(o * size / out),
+  ceil((o + 1) * size / out))``); each element lies in its output position's window, at a
+  position chosen uniformly among those inside the input, as the flat offset in the input's
+  spatial plane. The tensor's trailing dims are the pooled output's.
 """
 
 from __future__ import annotations
@@ -111,28 +113,38 @@ def bags_problems(bags: Any, shape: Any) -> List[Tuple[tuple, str]]:
 
 
 def _window_span(size: int, kernel: int, stride: int, padding: int, dilation: int,
-                 o: int) -> Tuple[int, int]:
-    """The first and last kernel tap of output position ``o`` that lie inside the input."""
+                 o: int) -> Tuple[int, int, int]:
+    """(first position, count, step) of output position ``o``'s taps inside the input."""
     start = o * stride - padding  # where tap 0 lands; tap j at start + j * dilation
     first = 0 if start >= 0 else (-start + dilation - 1) // dilation
     last = min(kernel - 1, (size - 1 - start) // dilation)
-    return first, last
+    return start + first * dilation, last - first + 1, dilation
 
 
-def window_taps(out: int, size: int, kernel: int, stride: int, padding: int,
-                dilation: int) -> List[Tuple[int, int]]:
-    """For each output position of one spatial dim: (first, last) kernel tap inside the input
-    (first > last: the window lies wholly outside it)."""
-    return [_window_span(size, kernel, stride, padding, dilation, o) for o in range(out)]
+def window_spans(window: dict, axis: int, out: int) -> List[Tuple[int, int, int]]:
+    """For each of ``out`` output positions along spatial dim ``axis``: (first position,
+    count, step) of its window's positions inside the input (count < 1: none). An adaptive
+    window of output o covers ``[floor(o * size / out), ceil((o + 1) * size / out))``."""
+    size = window["input"][axis]
+    if window.get("adaptive") is True:
+        return [((o * size) // out, -(-(o + 1) * size // out) - (o * size) // out, 1)
+                for o in range(out)]
+    args = [window[key][axis] for key in ("kernel", "stride", "padding", "dilation")]
+    return [_window_span(size, *args, o) for o in range(out)]
 
 
 def pool_window_problems(window: Any, shape: Any) -> List[Tuple[tuple, str]]:
     """(sub-path, message) for each problem of a ``pool_window`` object on a tensor of
     ``shape`` (its trailing dims the pooled output's)."""
     if not isinstance(window, dict):
-        return [((), "pool_window is an object {input, kernel, stride, padding, dilation}")]
-    problems = [((key,), f"unknown key {key!r} (known: {', '.join(POOL_KEYS)})")
-                for key in window if key not in POOL_KEYS]
+        return [((), "pool_window is an object {input, kernel, stride, padding, dilation} or "
+                     "{input, adaptive: true}")]
+    adaptive = window.get("adaptive", False)
+    known = ("input", "adaptive") if adaptive is True else POOL_KEYS + ("adaptive",)
+    problems = [((key,), f"unknown key {key!r} (known: {', '.join(known)})")
+                for key in window if key not in known]
+    if not isinstance(adaptive, bool):
+        problems.append((("adaptive",), f"adaptive is true or false, got {adaptive!r}"[:100]))
     dims = window.get("input")
     if not isinstance(dims, list) or not 1 <= len(dims) <= 3:
         return problems + [(("input",), "input is the list of the pooled input's spatial dims "
@@ -140,6 +152,8 @@ def pool_window_problems(window: Any, shape: Any) -> List[Tuple[tuple, str]]:
     lowest = {"input": 1, "kernel": 1, "stride": 1, "padding": 0, "dilation": 1}
     for key, low in lowest.items():
         values = window.get(key)
+        if key not in known:
+            continue
         if not isinstance(values, list) or len(values) != len(dims) \
                 or not all(_is_int(v) and v >= low for v in values):
             problems.append(((key,), f"{key} must be {len(dims)} integers >= {low}, got "
@@ -152,10 +166,8 @@ def pool_window_problems(window: Any, shape: Any) -> List[Tuple[tuple, str]]:
         return [((), f"a tensor of {len(shape)} dims cannot hold {len(dims)}-d pooling indices")]
     outs = shape[len(shape) - len(dims):]
     for axis, out in enumerate(outs):
-        args = (out, dims[axis], window["kernel"][axis], window["stride"][axis],
-                window["padding"][axis], window["dilation"][axis])
-        for o, (first, last) in enumerate(window_taps(*args)):
-            if first > last:
+        for o, (_, count, _) in enumerate(window_spans(window, axis, out)):
+            if count < 1:
                 problems.append(((), f"the window of output position {o} along spatial dim "
                                      f"{axis} lies outside the input ({dims[axis]} wide)"))
                 break
