@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from param_compute.capture.trace_check import check_kineto_trace
 from param_compute.capture.trace_io import read_kineto_trace
 from param_compute.capture.trace_walk import Steps, TraceTree, attr
+from param_compute.spec.reserved import recorded_threads
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
@@ -186,4 +187,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
                "device_unattributed_us": round((total_device - attributed) / per_iteration, 1)}
     if window is not None:
         summary["window"] = f"ProfilerStep#{steps.selected[0]}"
+    threads = recorded_threads(kineto.get("num_threads"))  # where the recording added it
+    if threads is not None:
+        summary["num_threads"] = threads
     return KinetoJoin(times, summary)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from param_compute.capture.schema_args import split_name
@@ -31,6 +32,7 @@ class LiveCapture(TorchDispatchMode):
                  allow_namespaces: Sequence[str] = ()):
         super().__init__()
         self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
+        self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
 from param_compute.spec.model import DEFAULT_DATA_GENERATOR
+from param_compute.spec.reserved import CAPTURE_KEY
 from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, kind_reason,
                                               op_kind)
 from param_compute.capture.portable import can_check, missing_kernels
@@ -119,6 +120,9 @@ class CapturedWorkload:
         self.strides: Optional[Dict[str, Any]] = None  # how input layouts were obtained
         self.kineto: Optional[Dict[str, Any]] = None  # the Kineto join's coverage
         self._original_skipped: Dict[str, OriginalTimes] = {}
+        #: The intra-op thread count the captured run used, where known (a live capture knows;
+        #: a Kineto trace says where the recording added it).
+        self.num_threads: Optional[int] = None
 
     # -- collecting --------------------------------------------------------------------------
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
@@ -238,6 +242,15 @@ class CapturedWorkload:
             return spec, None
         return param_form_spec(spec)
 
+    def settings(self) -> Dict[str, Any]:
+        """The ``__capture__`` section (``spec.reserved``): the device and thread count the
+        captured run used, so a replay can say when it runs otherwise."""
+        threads = self.num_threads
+        if threads is None and self.kineto is not None:
+            threads = self.kineto.get("num_threads")
+        return {"device": _device_kind(self.main_device()), "num_threads": threads,
+                "source": self.source}
+
     def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()
         out: Dict[str, Any] = {}
@@ -284,6 +297,7 @@ class CapturedWorkload:
             "skipped_calls": sum(s.count for s in skipped),
             "skipped": [s.to_json() for s in skipped],
             "main_device": self.main_device(),
+            "num_threads": self.settings()["num_threads"],
             "not_captured": self.groups(),
             "target_device": self.target_device,
             "target_kernels_checked": can_check(self.target_device),
@@ -315,6 +329,8 @@ class CapturedWorkload:
         from param_compute.results.outputs import write_new
 
         path = Path(path)
+        if param_form_notes is None:  # PARAM reads every top-level key as an operator
+            spec = {**spec, CAPTURE_KEY: self.settings()}
         write_new(path, json.dumps(spec, indent=1) + "\n")
         report = report_path(path)
         write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
@@ -354,6 +370,11 @@ class CapturedWorkload:
         if skipped:
             line += f", {skipped} calls skipped"
         return line
+
+
+def _device_kind(device: str) -> str:
+    """``cuda:1`` -> ``cuda`` (a replay picks its own GPU); ``cpu`` stays."""
+    return "cuda" if device.startswith("cuda") else "cpu" if device.startswith("cpu") else device
 
 
 def report_path(spec_path: Path) -> Path:
