@@ -102,6 +102,14 @@ CASES: Dict[str, Case] = {
                                      "__copy__ works on args and kwargs"),
     "unfilled_placeholder.json": Case("args[1].shape[1]", "placeholder dim -1 is never filled"),
     "negative_dim.json": Case("args[0].shape[1]", "dims must be >= 0, got -4"),
+    # structured integer data (spec.index_data)
+    "index_distribution_unknown.json": Case("aten::embedding.config[0].input[0].args[1]"
+                                            ".distribution", "unknown distribution 'zipff:1.1'"),
+    "index_bags_wrong_shape.json": Case("args[2].bags", "a offsets_with_end tensor of 40 "
+                                                        "indices in 8 bags has shape [9], not [8]"),
+    "index_pool_window_outside.json": Case("args[7].pool_window", "the window of output "
+                                           "position 2 along spatial dim 0 lies outside the "
+                                           "input (8 wide)", 2),
     # registered names
     "unknown_iterator.json": Case("torch.mm.input_iterator", "unknown input iterator "
                                   "'RangeIterator' (did you mean 'RangeConfigIterator'?)"),

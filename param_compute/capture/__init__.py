@@ -19,13 +19,16 @@ input config per distinct argument signature with the number of occurrences as `
 call that was not captured, with its kind and reason. From a trace, also: one ``ProfilerStep#N``
 window by default (``trace_walk``), backend kernels made portable (``portable``), layouts
 recovered where the trace records no strides (``strides``), recorded integer ranges, and with a
-Kineto trace each config's original time (``kineto``).
+Kineto trace each config's original time (``kineto``). A trace is untrusted data: read within
+bounds (``trace_io``), checked node by node (``trace_check``), and nothing it names runs but the
+allow-listed pure tensor ops of the layout replay (``meta_ops``); ``TraceError`` says what is
+wrong with one.
 """
 
 from param_compute.capture.execution_trace import capture_execution_trace, read_execution_trace
 from param_compute.capture.live import LiveCapture, capture_ops
-from param_compute.capture.accounting import SkippedOp, Unreplayable
+from param_compute.capture.accounting import SkippedOp, TraceError, Unreplayable
 from param_compute.capture.workload import CapturedWorkload, report_path
 
-__all__ = ["CapturedWorkload", "LiveCapture", "SkippedOp", "Unreplayable",
+__all__ = ["CapturedWorkload", "LiveCapture", "SkippedOp", "TraceError", "Unreplayable",
            "capture_execution_trace", "capture_ops", "read_execution_trace", "report_path"]

@@ -42,6 +42,30 @@ class Unreplayable(Exception):
         self.kind = kind
 
 
+class TraceError(ValueError):
+    """A trace or Kineto file that cannot be used: unreadable, over a size or depth cap, not a
+    regular file, or malformed. Carries the file and each problem (naming the node or event and
+    what is wrong); the command line prints it and exits 2."""
+
+    MAX_SHOWN = 20
+
+    def __init__(self, source: str, problems):
+        self.source = str(source)
+        self.problems = list(problems) or ["unusable"]
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        shown = self.problems[:self.MAX_SHOWN]
+        if len(self.problems) == 1:
+            return f"{self.source}: {shown[0]}"
+        more = len(self.problems) - len(shown)
+        lines = [f"{self.source}: {len(self.problems)} problems:"]
+        lines += [f"  {self.source}: {p}" for p in shown]
+        if more:
+            lines.append(f"  ... and {more} more")
+        return "\n".join(lines)
+
+
 @dataclass
 class SkippedOp:
     op: str

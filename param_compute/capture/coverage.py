@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 from param_compute.capture.accounting import OriginalTimes
 from param_compute.capture.portable import can_check, missing_kernels
+from param_compute.capture.trace_io import printable
 
 
 def time_coverage(captured: List[Tuple[str, OriginalTimes]],
@@ -54,8 +55,15 @@ def summary_lines(workload) -> List[str]:
                      f"on meta tensors: {workload.strides.get('recovered_inputs', 0)} strided "
                      f"(non-contiguous) inputs in {workload.strides.get('recovered_calls', 0)}"
                      " calls")
+        left_out = workload.strides.get("not_replayed") or {}
+        if left_out:
+            shown = "; ".join(printable(r, 200) for r in list(left_out)[:3]) \
+                + (" ..." if len(left_out) > 3 else "")
+            lines.append(f"  layouts: {sum(left_out.values())} calls not replayed on meta "
+                         f"tensors (traces are data: only listed pure tensor ops run), their "
+                         f"outputs taken as contiguous: {shown}")
     for group in workload.groups():
-        ops = ", ".join(f"{op} x{n}" for op, n in list(group["ops"].items())[:3])
+        ops = ", ".join(f"{printable(op)} x{n}" for op, n in list(group["ops"].items())[:3])
         more = len(group["ops"]) - 3
         lines.append(f"  not captured: {group['calls']} calls, {group['what']}: {ops}"
                      + (f" and {more} more" if more > 0 else ""))

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute.capture.portable import native_call
 from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
+from param_compute.capture.trace_check import check_execution_trace, json_kind
 from param_compute.capture.trace_io import read_execution_trace
 from param_compute.capture.trace_walk import TraceTree, attr, replay_level_nodes, select_step
 from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
@@ -108,17 +109,29 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
         return {"type": "none"}
     kind = arg.enum_kind if arg is not None else None
     if type_name in ("Int", "ScalarType", "Layout", "MemoryFormat") and kind:
-        name = _ENUMS[kind].get(value)
+        name = _ENUMS[kind].get(value) if isinstance(value, (int, str)) else None
         if name is None:
-            raise Unreplayable(f"{kind} value {value!r} has no spec name")
+            raise Unreplayable(f"{kind} value {json_kind(value)} has no spec name")
         return {"type": kind, "value": name}
     if type_name == "Int":
-        return {"type": "int", "value": int(value)}
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Unreplayable(f"an Int argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return {"type": "int", "value": value}
     if type_name == "Double":
-        if isinstance(value, str):  # some writers spell non-finite values as strings
-            value = float(value)
-        return float_spec(float(value))
+        try:  # some writers spell non-finite values as strings ("inf", "nan")
+            number = float(value) if isinstance(value, (int, float, str)) \
+                and not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise Unreplayable(f"a Double argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return float_spec(number)
     if type_name == "Bool":
+        if not isinstance(value, (bool, int)):
+            raise Unreplayable(f"a Bool argument recorded as {json_kind(value)}",
+                               kind="unreadable")
         return {"type": "bool", "value": bool(value)}
     if type_name == "String":
         return {"type": "str", "value": str(value)}
@@ -170,18 +183,25 @@ def op_label(node: Dict[str, Any]) -> str:
 
 def capture_execution_trace(trace, skip_views: bool = False, source: Optional[str] = None,
                             step: Optional[str] = None, allow_namespaces: Sequence[str] = (),
-                            kineto=None, target_device: str = "cpu") -> CapturedWorkload:
+                            kineto=None, target_device: str = "cpu",
+                            max_trace_bytes: Optional[int] = None) -> CapturedWorkload:
     """A workload from an execution trace (a path or the parsed JSON).
 
     ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
     them), ``"all"`` every node, ``"N"`` that step. ``allow_namespaces``: namespaces besides
     aten whose operators are captured. ``kineto``: a Kineto trace (a path or the parsed JSON)
     of the same run, joined for each call's original CPU and device time. ``target_device``:
-    the device whose kernels are checked for every config."""
+    the device whose kernels are checked for every config. ``max_trace_bytes``: the cap on
+    either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default).
+
+    A trace is untrusted data: its structure is checked first (``trace_check``), and a trace or
+    Kineto file that cannot be used raises ``TraceError`` naming the file, the node and what is
+    wrong."""
     if not isinstance(trace, dict):
         source = source or str(trace)
-        trace = read_execution_trace(trace)
-    tree = TraceTree(trace)
+        trace = read_execution_trace(trace, max_trace_bytes)
+    check_execution_trace(trace, source or "execution trace")
+    tree = TraceTree(trace, source or "execution trace")
     steps, window = select_step(tree, step)
     workload = CapturedWorkload(source or "execution trace", skip_views,
                                 allow_namespaces=allow_namespaces, target_device=target_device)
@@ -198,7 +218,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     if not _has_strides(trace):
         from param_compute.capture.strides import recover_strides
 
-        recovered = recover_strides(tree, {node["id"] for node in taken})
+        recovered = recover_strides(tree, {node["id"] for node in taken},
+                                    allow_namespaces)
         workload.strides = {"recorded": False, **recovered.pop("summary")}
     else:
         workload.strides = {"recorded": True}
@@ -206,7 +227,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     if kineto is not None:
         from param_compute.capture.kineto import join_kineto
 
-        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps)
+        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps,
+                             max_trace_bytes)
         workload.kineto = timing.summary
     from param_compute.capture.step import StepRecorder
 

@@ -1,14 +1,20 @@
-"""Integer tensors that index: the value range a replay must draw from, or why it cannot.
+"""Integer tensors that index: the values a replay must make for them, or why it cannot.
 
 An execution trace records the shapes of an op's tensors but not their values. An index tensor
 filled with the generator's default integers (-10..9) would read out of bounds, so for the ops
 that index, the range comes from the indexed tensor's shape (``embedding``: ``[0, rows - 1]``;
-``gather``: ``[0, self.shape[dim] - 1]``; ``nll_loss`` targets: ``[0, classes - 1]``; max-pool
-indices: ``[0, H * W - 1]``...). A live capture knows the values and records their actual min and
-max, which these rules never overwrite.
+``gather``: ``[0, self.shape[dim] - 1]``; ``nll_loss`` targets: ``[0, classes - 1]``...). A live
+capture knows the values and records their actual min and max (a trace recorded with integral
+tensor ranges too), which these rules never overwrite.
 
-Some ops cannot be replayed from shapes and ranges alone (sorted offsets, lengths that must add
-up): ``index_rules`` says why, and the capture records the op as skipped with that reason.
+Where validity takes more than a range, the rule gives the tensor a structure
+(``spec.index_data``): ``embedding_bag``'s offsets, offset2bag and bag sizes become ``bags``
+views of the recorded number of indices in the recorded number of bags (the mean pooling factor
+kept), and max-pool indices a ``pool_window`` from the op's kernel, stride, padding and
+dilation. Such a structure replaces any recorded range: sorted offsets are not a range.
+
+Some ops still cannot be replayed from shapes alone (lengths that must add up): ``index_rules``
+says why, and the capture records the op as skipped with that reason.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 from math import prod
 from typing import Any, Callable, Dict, List, Optional
 
+from param_compute.capture.tbe_rules import TBE_PREFIXES, tbe_rule
 from param_compute.capture.values import INTEGER_SPEC_DTYPES as INTEGER_DTYPES
+from param_compute.spec.index_data import STRUCTURE_KEYS, pool_window_problems
 
 Named = Dict[str, Any]  # argument name -> data spec
 
@@ -38,8 +46,18 @@ def _value(spec: Any) -> Any:
 
 def _set_range(spec: Any, high: Optional[int], low: int = 0) -> None:
     """Give an integer tensor ``[low, high]`` unless it already has a (captured) range."""
-    if is_integer_tensor(spec) and "value_range" not in spec and high is not None:
+    if is_integer_tensor(spec) and "value_range" not in spec and high is not None \
+            and not any(key in spec for key in STRUCTURE_KEYS):
         spec["value_range"] = [low, max(low, high)]
+
+
+def _set_structure(spec: Any, key: str, value: Dict[str, Any]) -> None:
+    """Give an integer tensor a structure that decides its values (dropping a recorded range
+    and layout: the values are made, contiguous)."""
+    if is_integer_tensor(spec):
+        for other in ("value_range", "distribution", "stride", "storage_offset"):
+            spec.pop(other, None)
+        spec[key] = value
 
 
 def _dim_size(shape: Optional[List[int]], dim: Any) -> Optional[int]:
@@ -148,12 +166,121 @@ def _index_put(named: Named) -> Optional[str]:
     return _advanced_indices(named)
 
 
+def _ints(spec: Any) -> Optional[List[int]]:
+    """The integers of an ``int[]`` argument (a list of int specs), or None."""
+    values = [_value(item) for item in (_value(spec) or [])] if isinstance(_value(spec), list) \
+        else None
+    if values is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return values
+
+
+def _per_dim(values: Optional[List[int]], dims: int, default: Optional[List[int]]):
+    if not values:
+        values = default
+    if values is not None and len(values) == 1:
+        values = values * dims
+    return values if values is not None and len(values) == dims else None
+
+
+def _pool_window(dims: int) -> Callable[[Named], None]:
+    """Max-pool indices inside each output's window (from kernel, stride, padding, dilation);
+    where the arguments don't describe valid windows, the input's plane as a range."""
+    plane = _spatial("self", "indices", dims)
+
+    def rule(named: Named) -> None:
+        shape, index_shape = _shape(named.get("self")), _shape(named.get("indices"))
+        kernel = _per_dim(_ints(named.get("kernel_size")), dims, None)
+        window = {"input": shape[-dims:] if shape and len(shape) >= dims else None,
+                  "kernel": kernel,
+                  "stride": _per_dim(_ints(named.get("stride")), dims, kernel),
+                  "padding": _per_dim(_ints(named.get("padding")), dims, [0]),
+                  "dilation": _per_dim(_ints(named.get("dilation")), dims, [1])}
+        if index_shape is None or pool_window_problems(window, index_shape):
+            plane(named)
+        else:
+            _set_structure(named.get("indices"), "pool_window", window)
+    return rule
+
+
+def _adaptive_window(dims: int) -> Callable[[Named], None]:
+    """Adaptive max-pool indices inside each output's adaptive window."""
+    plane = _spatial("self", "indices", dims)
+
+    def rule(named: Named) -> None:
+        shape, index_shape = _shape(named.get("self")), _shape(named.get("indices"))
+        window = {"input": shape[-dims:] if shape and len(shape) >= dims else None,
+                  "adaptive": True}
+        if index_shape is None or pool_window_problems(window, index_shape):
+            plane(named)
+        else:
+            _set_structure(named.get("indices"), "pool_window", window)
+    return rule
+
+
+def _bags(spec: Any, indices: int, bags: int, form: str) -> None:
+    _set_structure(spec, "bags", {"indices": indices, "bags": bags, "as": form})
+
+
+def _offsets(spec: Any, indices: int, bags: Optional[int], include_last: Any) -> Optional[str]:
+    """Offsets of ``indices`` indices: ``bags`` bags, or (None) as many as the shape says."""
+    shape = _shape(spec)
+    if shape is None or not is_integer_tensor(spec):
+        return None
+    if len(shape) != 1:
+        return f"offsets of shape {shape} (1-d expected)"
+    with_end = include_last is True or (bags is not None and shape[0] == bags + 1)
+    count = shape[0] - 1 if with_end else shape[0]
+    if count < 0 or (count == 0 and indices > 0):
+        return f"{indices} indices in {shape[0]} offsets: no bag to hold them"
+    _bags(spec, indices, count, "offsets_with_end" if with_end else "offsets")
+    return None
+
+
+def _embedding_bag(named: Named) -> Optional[str]:
+    """``embedding_bag`` forward: indices in the table's rows, offsets a ``bags`` view with the
+    recorded number of indices per bag (on average)."""
+    table = _shape(named.get("weight"))
+    indices = named.get("indices")
+    _set_range(indices, table[0] - 1 if table else None)
+    index_shape = _shape(indices)
+    if index_shape is None or len(index_shape) != 1:
+        return None  # 2-d indices: fixed-size bags, offsets unused
+    return _offsets(named.get("offsets"), index_shape[0],
+                    None, _value(named.get("include_last_offset")))
+
+
+def _embedding_bag_grad(named: Named) -> Optional[str]:
+    """The backward ops of ``embedding_bag``: bags from ``grad`` (one row per bag) and the
+    indices; rows from ``num_weights`` (or the weight); offsets, offset2bag and bag sizes all
+    views of the same bags."""
+    grad, index_shape = _shape(named.get("grad")), _shape(named.get("indices"))
+    rows = _value(named.get("num_weights"))
+    if not isinstance(rows, int):
+        table = _shape(named.get("weight"))
+        rows = table[0] if table else None
+    _set_range(named.get("indices"), rows - 1 if isinstance(rows, int) else None)
+    maximum = _shape(named.get("maximum_indices"))
+    if maximum and prod(maximum) > 0:  # max mode: the row holding each bag's maximum
+        _set_range(named.get("maximum_indices"), rows - 1 if isinstance(rows, int) else None)
+    if not grad or index_shape is None or len(index_shape) != 1:
+        return None
+    bags, total = grad[0], index_shape[0]
+    if "offsets" in named:
+        reason = _offsets(named.get("offsets"), total, bags, None)
+        if reason:
+            return reason
+    if _shape(named.get("offset2bag")) == [total] and total > 0:
+        _bags(named.get("offset2bag"), total, bags, "offset2bag")
+    if _shape(named.get("bag_size")) == [bags]:
+        _bags(named.get("bag_size"), total, bags, "bag_size")
+    return None
+
+
 def _refuse(reason: str) -> Callable[[Named], str]:
     return lambda named: reason
 
 
-_SORTED_OFFSETS = ("its offsets must be sorted and start at 0 (values, not shapes, decide "
-                   "validity)")
 _LENGTHS = "its lengths must add up to the sizes of other inputs (values decide validity)"
 
 #: base op name -> rule(named args); a rule returning a string refuses the op with that reason.
@@ -179,10 +306,10 @@ RULES: Dict[str, Callable[[Named], Optional[str]]] = {
     "cross_entropy_loss": _classes("self", "target"),
     "multi_margin_loss": _classes("self", "target"),
     "multi_margin_loss_backward": _classes("self", "target"),
-    "max_pool2d_with_indices_backward": _spatial("self", "indices", 2),
-    "max_pool3d_with_indices_backward": _spatial("self", "indices", 3),
-    "adaptive_max_pool2d_backward": _spatial("self", "indices", 2),
-    "adaptive_max_pool3d_backward": _spatial("self", "indices", 3),
+    "max_pool2d_with_indices_backward": _pool_window(2),
+    "max_pool3d_with_indices_backward": _pool_window(3),
+    "adaptive_max_pool2d_backward": _adaptive_window(2),
+    "adaptive_max_pool3d_backward": _adaptive_window(3),
     "fractional_max_pool2d_backward": _spatial("self", "indices", 2),
     "fractional_max_pool3d_backward": _spatial("self", "indices", 3),
     "max_unpool2d": _unpool("indices"),
@@ -196,14 +323,13 @@ RULES: Dict[str, Callable[[Named], Optional[str]]] = {
     "index_put_": _index_put,
     "_index_put_impl_": _index_put,
     "_unsafe_index_put": _index_put,
-    "embedding_bag": _refuse(f"embedding_bag: {_SORTED_OFFSETS}"),
-    "_embedding_bag": _refuse(f"_embedding_bag: {_SORTED_OFFSETS}"),
-    "_embedding_bag_forward_only": _refuse(f"_embedding_bag_forward_only: {_SORTED_OFFSETS}"),
-    "_embedding_bag_backward": _refuse(f"_embedding_bag_backward: {_SORTED_OFFSETS}"),
-    "_embedding_bag_dense_backward": _refuse(
-        f"_embedding_bag_dense_backward: {_SORTED_OFFSETS}"),
-    "_embedding_bag_per_sample_weights_backward": _refuse(
-        f"_embedding_bag_per_sample_weights_backward: {_SORTED_OFFSETS}"),
+    "embedding_bag": _embedding_bag,
+    "_embedding_bag": _embedding_bag,
+    "_embedding_bag_forward_only": _embedding_bag,
+    "_embedding_bag_backward": _embedding_bag_grad,
+    "_embedding_bag_dense_backward": _embedding_bag_grad,
+    "_embedding_bag_sparse_backward": _embedding_bag_grad,
+    "_embedding_bag_per_sample_weights_backward": _embedding_bag_grad,
     "ctc_loss": _refuse(f"ctc_loss: {_LENGTHS}"),
     "_ctc_loss": _refuse(f"_ctc_loss: {_LENGTHS}"),
     "_ctc_loss_backward": _refuse(f"_ctc_loss_backward: {_LENGTHS}"),
@@ -223,4 +349,6 @@ def index_rules(base: str, named: Named) -> Optional[str]:
     rule = RULES.get(base)
     if rule is None and base.lstrip("_").startswith(_ALONG_DIM_PREFIXES):
         rule = _along_dim("self", "dim", "index")
+    if rule is None and base.startswith(TBE_PREFIXES):  # fbgemm's table-batched embeddings
+        rule = tbe_rule
     return rule(named) if rule is not None else None

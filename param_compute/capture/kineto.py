@@ -21,8 +21,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.capture.trace_check import check_kineto_trace
 from param_compute.capture.trace_io import read_kineto_trace
 from param_compute.capture.trace_walk import Steps, TraceTree, attr
+from param_compute.spec.reserved import recorded_threads
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
@@ -123,14 +125,17 @@ def _match(tree: TraceTree, cpu: List[Dict[str, Any]], window_ids: Optional[set]
 
 
 def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
-                steps: Optional[Steps] = None, profiler_cost: bool = True) -> KinetoJoin:
+                steps: Optional[Steps] = None, max_bytes: Optional[int] = None,
+                profiler_cost: bool = True) -> KinetoJoin:
     """Join ``nodes`` (the replay-level calls and the left-out ones) of an execution trace to a
-    Kineto trace (a path or its parsed JSON). With ``profiler_cost``, CPU times lose the
-    profiler's own per-call cost (``profiler_cost``), and the summary says how much."""
+    Kineto trace (a path or its parsed JSON; its events checked first, ``TraceError`` naming
+    the event and field that is wrong). With ``profiler_cost``, CPU times lose the profiler's
+    own per-call cost (``profiler_cost``), and the summary says how much."""
     source = None
     if not isinstance(kineto, dict):
         source = str(kineto)
-        kineto = read_kineto_trace(Path(kineto))
+        kineto = read_kineto_trace(Path(kineto), max_bytes)
+    check_kineto_trace(kineto, source or "Kineto trace")
     window = _step_window(kineto, steps)
     window_ids = None
     if steps is not None and steps.selected:
@@ -194,4 +199,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         summary["profiler_cost"] = cost.to_json()
     elif profiler_cost:
         summary["profiler_cost"] = None  # too few trivial calls to calibrate: times as recorded
+    threads = recorded_threads(kineto.get("num_threads"))  # where the recording added it
+    if threads is not None:
+        summary["num_threads"] = threads
     return KinetoJoin(times, summary)

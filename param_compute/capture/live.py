@@ -66,6 +66,7 @@ class LiveCapture(TorchDispatchMode):
         self.workload.step = StepRecorder()
         self.originals = originals
         self._seen: Counter = Counter()
+        self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
 from param_compute.capture.index_rules import index_rules
+from param_compute.spec.index_data import STRUCTURE_KEYS
 from param_compute.capture.schema_args import schema_arguments, split_name
 from param_compute.capture.values import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPES
 
@@ -141,14 +142,16 @@ def _index_arguments(schema: str, args: List[Dict[str, Any]]) -> Set[str]:
     for arg, spec in zip(_declared(schema), args):
         spec = copy.deepcopy(spec)
         for item in _walk(spec):
-            item.pop("value_range", None)
+            for key in ("value_range",) + STRUCTURE_KEYS:
+                item.pop(key, None)
         named[arg.name] = spec
     try:
         index_rules(split_name(schema)[1], named)
     except Exception:  # an odd shape: no rule applies
         return set()
     return {name for name, spec in named.items()
-            if any("value_range" in item for item in _walk(spec))}
+            if any(key in item for item in _walk(spec) for key in ("value_range",)
+                   + STRUCTURE_KEYS)}
 
 
 def _problems(schema: str, args: List[Dict[str, Any]]) -> List[Tuple[str, bool]]:
@@ -176,6 +179,11 @@ def _problems(schema: str, args: List[Dict[str, Any]]) -> List[Tuple[str, bool]]
                     reasons.append((
                         f"{arg.name}: indices in [{value_range[0]}, {value_range[1]}], but "
                         "PARAM fills integer tensors with values in [-10, 10)", True))
+                structure = [key for key in STRUCTURE_KEYS if key in item]
+                if structure:
+                    reasons.append((f"{arg.name}: {structure[0]} values (sorted offsets, "
+                                    "positions in pooling windows), but PARAM fills integer "
+                                    "tensors with values in [-10, 10)", True))
                 if "stride" in item or "storage_offset" in item:
                     reasons.append((f"{arg.name}: PARAM makes a contiguous tensor, not the "
                                     "captured strided view", False))

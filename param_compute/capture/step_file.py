@@ -62,9 +62,11 @@ def step_path(spec_path: Path) -> Path:
 
 
 def write_step_file(path: Path, data: Dict[str, Any]) -> Path:
+    from param_compute.results.outputs import write_new  # never through a planted link
+
     path = Path(path)
     body = {"format": FORMAT, "version": VERSION, **data}
-    path.write_text(json.dumps(body, separators=(",", ":")) + "\n", encoding="utf-8")
+    write_new(path, json.dumps(body, separators=(",", ":")) + "\n")
     return path
 
 

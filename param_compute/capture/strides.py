@@ -8,12 +8,18 @@ each output keeps the strides the meta kernel gives it (``t``, ``transpose``, ``
 ``expand``, ``as_strided``... produce exactly the recorded views). The strides of each input
 at the moment of each captured call are kept; recorded strides, where a trace has them, always
 win (``execution_trace.node_call``).
+
+The trace is data: only the pure tensor ops of ``meta_ops``' allow-list run (every device
+argument forced to meta); any other op that would have to run is left out, its outputs taken as
+contiguous, and counted by name in the summary (``not_replayed``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Set
 
+from param_compute.capture.meta_ops import meta_operator, on_meta
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
 from param_compute.capture.trace_walk import TraceTree, attr
 from param_compute.capture.values import (ET_DTYPES, SCALAR_TYPES, contiguous_stride,
@@ -42,26 +48,36 @@ def _outputs(node: Dict[str, Any]):
     return outputs or [], node.get("output_shapes") or []
 
 
+def _tensor_id(value: Any) -> Optional[int]:
+    """The trace's id of a recorded tensor value (``[id, storage, offset, ...]``), or None."""
+    if isinstance(value, list) and value and type(value[0]) is int:
+        return value[0]
+    return None
+
+
 class _MetaReplay:
-    def __init__(self):
+    def __init__(self, allow_namespaces: Sequence[str] = ()):
         import torch
 
         self.torch = torch
+        self.allow_namespaces = tuple(allow_namespaces)
         self.tensors: Dict[Any, Any] = {}  # trace tensor id -> meta tensor
+        self.not_replayed: Counter = Counter()  # why an op was left out -> its calls
 
     def tensor(self, type_name: str, value: Any, shape: Any):
         torch = self.torch
         element = type_name[len("Tensor("):-1]
-        if element.startswith("nullptr") or not isinstance(value, list) or len(value) < 3:
+        tensor_id = _tensor_id(value)
+        if element.startswith("nullptr") or tensor_id is None or len(value) < 3:
             return None
         if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
             return None
-        known = self.tensors.get(value[0])
+        known = self.tensors.get(tensor_id)
         if known is not None and list(known.shape) == shape:
             return known
         dtype = getattr(torch, DTYPE_NAMES.get(ET_DTYPES.get(element, "float"), "float32"))
         fresh = torch.empty_strided(shape, contiguous_stride(shape), dtype=dtype, device="meta")
-        self.tensors[value[0]] = fresh
+        self.tensors[tensor_id] = fresh
         return fresh
 
     def value(self, type_name: str, value: Any, shape: Any, enum: Optional[str]):
@@ -94,8 +110,8 @@ class _MetaReplay:
             return True
         values, shapes, types = _inputs(node)
         for index, (type_name, value) in enumerate(zip(types, values)):
-            if type_name.startswith("Tensor(") and isinstance(value, list) and value:
-                known = self.tensors.get(value[0])
+            if type_name.startswith("Tensor("):
+                known = self.tensors.get(_tensor_id(value))
                 if known is not None and not known.is_contiguous():
                     return True
             elif type_name == "Int" and value not in (None, 0, 1) and index < len(
@@ -125,23 +141,33 @@ class _MetaReplay:
             else:
                 args.append(item)
         if not self.needs_run(node, schema):
-            for value in _outputs(node)[0]:  # whatever an earlier tensor of this id was
-                if isinstance(value, list) and value:
-                    self.tensors.pop(value[0], None)
+            self.forget_outputs(node)
             return
-        function = getattr(getattr(getattr(torch.ops, namespace), base), overload)
+        function, why = meta_operator(namespace, base, overload, self.allow_namespaces)
+        if function is None:
+            self.not_replayed[why] += 1
+            self.forget_outputs(node)
+            return
+        on_meta(function, args, kwargs)
+        self.forget_outputs(node)  # a failing call leaves no stale tensor under these ids
         result = function(*args, **kwargs)
         results = result if isinstance(result, (list, tuple)) else [result]
         out_values, out_shapes = _outputs(node)
         flat = []
         for item in results:
             flat.extend(item if isinstance(item, (list, tuple)) else [item])
-        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        tensors = [t for t in flat if isinstance(t, torch.Tensor) and t.is_meta]
         recorded = [(v, s) for v, s in zip(out_values, out_shapes)
                     if isinstance(v, list) and len(v) >= 3 and isinstance(v[0], int)]
         for tensor, (value, shape) in zip(tensors, recorded):
             if list(tensor.shape) == shape:
                 self.tensors[value[0]] = tensor
+
+    def forget_outputs(self, node: Dict[str, Any]) -> None:
+        """Drop whatever earlier tensors had this node's output ids (taken as contiguous when
+        next seen)."""
+        for value in _outputs(node)[0]:
+            self.tensors.pop(_tensor_id(value), None)
 
     def strides_now(self, node: Dict[str, Any]) -> Dict[int, Any]:
         """input index -> the current strides of each tensor input (lists: per item)."""
@@ -149,14 +175,14 @@ class _MetaReplay:
         out: Dict[int, Any] = {}
         for index, (type_name, value) in enumerate(zip(types, values)):
             shape = shapes[index] if index < len(shapes) else None
-            if type_name.startswith("Tensor(") and isinstance(value, list) and value:
-                known = self.tensors.get(value[0])
+            if type_name.startswith("Tensor("):
+                known = self.tensors.get(_tensor_id(value))
                 if known is not None and list(known.shape) == shape:
                     out[index] = list(known.stride())
             elif type_name.startswith("GenericList[") and isinstance(value, list):
                 items = []
                 for item_index, item in enumerate(value):
-                    known = self.tensors.get(item[0]) if isinstance(item, list) and item else None
+                    known = self.tensors.get(_tensor_id(item))
                     item_shape = shape[item_index] if isinstance(shape, list) and \
                         item_index < len(shape) else None
                     items.append(list(known.stride()) if known is not None
@@ -171,12 +197,13 @@ def _strided(stride: Any, shape: Any) -> bool:
         and not is_contiguous(shape, stride)
 
 
-def recover_strides(tree: TraceTree, captured: Set[Any]) -> Dict[Any, Any]:
+def recover_strides(tree: TraceTree, captured: Set[Any],
+                    allow_namespaces: Sequence[str] = ()) -> Dict[Any, Any]:
     """node id -> {input index -> strides} for the ``captured`` nodes, and ``"summary"``:
-    ``{recovered_calls, recovered_inputs, meta_failures}`` (calls and inputs given a
-    non-contiguous layout; operators the meta replay could not run, whose outputs stay
-    contiguous)."""
-    replay = _MetaReplay()
+    ``{recovered_calls, recovered_inputs, meta_failures, not_replayed}`` (calls and inputs given
+    a non-contiguous layout; operators the meta replay could not run, and why not for each op
+    left out as not allowed (``meta_ops``): the outputs of both stay contiguous)."""
+    replay = _MetaReplay(allow_namespaces)
     out: Dict[Any, Any] = {}
     calls = inputs = failures = 0
     for node in sorted(tree.nodes, key=lambda n: n["id"] if isinstance(n["id"], int) else 0):
@@ -203,7 +230,8 @@ def recover_strides(tree: TraceTree, captured: Set[Any]) -> Dict[Any, Any]:
         except Exception:  # no meta kernel, or an argument it would not take: stays unknown
             failures += 1
     out["summary"] = {"recovered_calls": calls, "recovered_inputs": inputs,
-                      "meta_failures": failures}
+                      "meta_failures": failures,
+                      "not_replayed": dict(replay.not_replayed.most_common())}
     return out
 
 

@@ -3,79 +3,213 @@ every error.
 
 Execution traces (a ``nodes`` list) and Kineto traces (Chrome trace JSON, a ``traceEvents``
 list) are told apart here, so that passing one for the other says so.
+
+A trace is untrusted input, read within bounds (``TraceError``, exit 2, past any of them):
+
+- regular files only: a FIFO, socket or device (``/dev/zero``) is refused without waiting on it
+  (opened non-blocking, checked with ``fstat`` before a byte is read);
+- at most ``max_bytes`` (``MAX_TRACE_BYTES``, 2 GiB, by default; ``capture --max-trace-bytes``)
+  of JSON text, counted after decompression: the read stops at the cap, so a gzip bomb costs
+  no more than the cap; an archive's members may hold at most as much in all, and at most
+  ``MAX_ARCHIVE_MEMBERS`` of them are looked at;
+- nested at most ``MAX_TRACE_DEPTH`` levels (real traces nest under ten).
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
+import os
+import stat
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
+
+from param_compute.capture.accounting import TraceError
+
+#: Bytes of JSON text (decompressed) one trace or Kineto file may hold.
+MAX_TRACE_BYTES = 2 * 2**30
+#: Members of a trace archive looked at (a trace and its resources: a handful).
+MAX_ARCHIVE_MEMBERS = 10_000
+#: Nesting levels of a trace's JSON.
+MAX_TRACE_DEPTH = 100
+_CHUNK = 16 * 2**20
+_TAR_MAGIC = slice(257, 262)
 
 
-def _archive_json(path: Path) -> Any:
-    with tarfile.open(path, "r:*") as archive:
-        members = [m for m in archive.getmembers() if m.isfile() and m.name.endswith(".json")]
-        if not members:
-            raise ValueError(f"{path}: the archive holds no .json file")
-        if len(members) > 1:  # resources beside the trace (kernel sources) are not JSON
-            names = ", ".join(m.name for m in members[:5])
-            raise ValueError(f"{path}: the archive holds {len(members)} .json files ({names}); "
-                             "pass one trace")
-        stream = archive.extractfile(members[0])
-        try:
-            return json.load(io.TextIOWrapper(stream, encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} ({members[0].name}): not JSON: {exc.msg} at line "
-                             f"{exc.lineno} column {exc.colno}") from None
+def format_bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.4g} {unit}"
+    return f"{count} bytes"
 
 
-def read_json(path) -> Any:
-    """The JSON in ``path``: ``.json``, ``.json.gz`` or a ``.tar.gz``/``.tgz`` archive of one
-    ``.json`` (read by content, whatever the suffix). Errors name the file (and the member)."""
-    path = Path(path)
-    with open(path, "rb") as probe:
-        magic = probe.read(262)
+def printable(text: str, limit: int = 80) -> str:
+    """A name from a file, safe to print (control characters escaped) and short."""
+    text = str(text)
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def _cap_problem(max_bytes: int, what: str = "JSON text") -> str:
+    return (f"over the {format_bytes(max_bytes)} cap on a trace's {what} (decompressed); "
+            "raise it with --max-trace-bytes SIZE if the file is trusted")
+
+
+def open_regular(path: Path):
+    """A binary stream of ``path``, which must be a regular file (else ``TraceError``, without
+    blocking on a FIFO or reading a device)."""
     try:
-        if magic[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as stream:
-                head = stream.read(262)
-            if len(head) >= 262 and head[257:262] == b"ustar":
-                return _archive_json(path)
-            with gzip.open(path, "rt", encoding="utf-8") as text:
-                return json.load(text)
-        if len(magic) >= 262 and magic[257:262] == b"ustar":
-            return _archive_json(path)
-        with open(path, "r", encoding="utf-8") as text:
-            return json.load(text)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise TraceError(path, ["no such file"]) from None
+    except IsADirectoryError:
+        raise TraceError(path, ["is a directory, not a trace file"]) from None
+    except OSError as exc:
+        raise TraceError(path, [f"cannot open: {exc.strerror or exc}"]) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+        raise TraceError(path, [f"is {what}, not a regular file; traces are read from regular "
+                                "files only"])
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_capped(stream, max_bytes: int, source: Any, what: str = "JSON text") -> bytearray:
+    """All of ``stream``, or ``TraceError`` as soon as it holds more than ``max_bytes``."""
+    data = bytearray()
+    while True:
+        chunk = stream.read(min(_CHUNK, max_bytes + 1 - len(data)))
+        if not chunk:
+            return data
+        data += chunk
+        if len(data) > max_bytes:
+            raise TraceError(source, [_cap_problem(max_bytes, what)])
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels: level by level, containers only
+    (a fraction of the parse's time; iterative, so any depth is safe)."""
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list = []
+        add = below.append
+        for node in level:
+            for item in (node.values() if type(node) is dict else node):
+                if type(item) is dict or type(item) is list:
+                    add(item)
+        level = below
+    return False
+
+
+def _deep_place(value: Any, limit: int) -> str:
+    """Where ``value`` nests deeper than ``limit``, as ``key[index]`` of its first two levels."""
+    tops = value.items() if isinstance(value, dict) else enumerate(value)
+    for top, item in tops:
+        seconds = (item.items() if isinstance(item, dict) else enumerate(item)
+                   if isinstance(item, list) else ())
+        for second, below in seconds:
+            if (type(below) is dict or type(below) is list) and _deeper_than(below, limit - 2):
+                where = f"{top}" if isinstance(top, str) else f"[{top}]"
+                return where + (f".{second}" if isinstance(second, str) else f"[{second}]")
+    return "(top level)"
+
+
+def parse_json(data, source: Any) -> Any:
+    """Parsed JSON of ``data`` (bytes), bounded in depth; ``TraceError`` naming ``source``."""
+    try:
+        value = json.loads(data if isinstance(data, str) else data.decode("utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column "
-                         f"{exc.colno}") from None
-    except (EOFError, zlib.error, tarfile.TarError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable: {type(exc).__name__}: {exc}") from None
+        raise TraceError(source, [f"not JSON: {exc.msg} at line {exc.lineno} column "
+                                  f"{exc.colno}"]) from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(source, [f"not UTF-8 text (byte {exc.start})"]) from None
+    except RecursionError:
+        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep"]) from None
+    except ValueError as exc:  # e.g. an integer literal of more digits than Python reads
+        raise TraceError(source, [f"not usable JSON: {exc}"]) from None
+    if (type(value) is dict or type(value) is list) and _deeper_than(value, MAX_TRACE_DEPTH):
+        where = _deep_place(value, MAX_TRACE_DEPTH)
+        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (at "
+                                  f"{printable(where)})"])
+    return value
 
 
-def read_execution_trace(path) -> Dict[str, Any]:
+def _archive_json(stream, path: Path, max_bytes: int) -> Any:
+    with tarfile.open(fileobj=stream, mode="r:*") as archive:
+        members, total = [], 0
+        for count, member in enumerate(archive, 1):
+            if count > MAX_ARCHIVE_MEMBERS:
+                raise TraceError(path, [f"the archive holds over {MAX_ARCHIVE_MEMBERS} members; "
+                                        "a trace archive holds one trace (and its resources)"])
+            total += max(member.size, 0)
+            if total > max_bytes:
+                raise TraceError(path, [_cap_problem(max_bytes, "archive members")])
+            if member.isfile() and member.name.endswith(".json"):
+                members.append(member)
+        if not members:
+            raise TraceError(path, ["the archive holds no .json file"])
+        if len(members) > 1:  # resources beside the trace (kernel sources) are not JSON
+            names = ", ".join(printable(m.name) for m in members[:5])
+            raise TraceError(path, [f"the archive holds {len(members)} .json files ({names}); "
+                                    "pass one trace"])
+        source = f"{path} ({printable(members[0].name)})"
+        member = archive.extractfile(members[0])
+        return parse_json(read_capped(member, max_bytes, source), source)
+
+
+def read_json(path, max_bytes: Optional[int] = None) -> Any:
+    """The JSON in ``path``: ``.json``, ``.json.gz`` or a ``.tar.gz``/``.tgz`` archive of one
+    ``.json`` (read by content, whatever the suffix), within the bounds the module's doc
+    lists. Errors (``TraceError``) name the file (and the member)."""
     path = Path(path)
-    trace = read_json(path)
+    max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
+    with open_regular(path) as stream:
+        try:
+            magic = stream.read(262)
+            stream.seek(0)
+            if magic[:2] == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
+                    head = unzipped.read(262)
+                stream.seek(0)
+                if len(head) >= 262 and head[_TAR_MAGIC] == b"ustar":
+                    return _archive_json(stream, path, max_bytes)
+                with gzip.GzipFile(fileobj=stream, mode="rb") as unzipped:
+                    return parse_json(read_capped(unzipped, max_bytes, path), path)
+            if len(magic) >= 262 and magic[_TAR_MAGIC] == b"ustar":
+                return _archive_json(stream, path, max_bytes)
+            return parse_json(read_capped(stream, max_bytes, path), path)
+        except (EOFError, OSError, zlib.error, tarfile.TarError) as exc:
+            raise TraceError(path, [f"unreadable: {type(exc).__name__}: {exc}"]) from None
+
+
+def read_execution_trace(path, max_bytes: Optional[int] = None) -> Dict[str, Any]:
+    path = Path(path)
+    trace = read_json(path, max_bytes)
     if isinstance(trace, dict) and isinstance(trace.get("traceEvents"), list):
-        raise ValueError(f"{path}: a Kineto trace, not an execution trace: pass it as "
-                         "--kineto beside the execution trace (--from-et)")
+        raise TraceError(path, ["a Kineto trace, not an execution trace: pass it as --kineto "
+                                "beside the execution trace (--from-et)"])
     if not isinstance(trace, dict) or not isinstance(trace.get("nodes"), list):
-        raise ValueError(f"{path}: not an execution trace (no \"nodes\" list)")
+        raise TraceError(path, ["not an execution trace (no \"nodes\" list)"])
     return trace
 
 
-def read_kineto_trace(path) -> Dict[str, Any]:
+def read_kineto_trace(path, max_bytes: Optional[int] = None) -> Dict[str, Any]:
     path = Path(path)
-    trace = read_json(path)
+    trace = read_json(path, max_bytes)
     if isinstance(trace, list):  # the bare event-array form of the Chrome trace format
         trace = {"traceEvents": trace}
     if isinstance(trace, dict) and isinstance(trace.get("nodes"), list):
-        raise ValueError(f"{path}: an execution trace, not a Kineto trace: pass it as --from-et")
+        raise TraceError(path, ["an execution trace, not a Kineto trace: pass it as --from-et"])
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ValueError(f"{path}: not a Kineto trace (no \"traceEvents\" list)")
+        raise TraceError(path, ["not a Kineto trace (no \"traceEvents\" list)"])
     return trace

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.capture.accounting import TraceError
 from param_compute.capture.schema_args import is_composite_wrapper
 
 BACKEND_PREFIXES = ("cudnn_", "miopen_", "mkldnn_")
@@ -83,7 +84,7 @@ class Steps:
 class TraceTree:
     """Nodes by id, children, roots and the ``ProfilerStep#N`` windows of one trace."""
 
-    def __init__(self, trace: Dict[str, Any]):
+    def __init__(self, trace: Dict[str, Any], source: Any = "execution trace"):
         self.nodes = [n for n in trace["nodes"] if isinstance(n, dict) and "id" in n]
         self.by_id = {n["id"]: n for n in self.nodes}
         self.children: Dict[Any, List[Dict[str, Any]]] = {}
@@ -94,6 +95,7 @@ class TraceTree:
                 self.children.setdefault(parent, []).append(node)
             else:
                 self.roots.append(node)
+        self._refuse_cycles(source)
         self.steps: Dict[int, Dict[str, Any]] = {}
         for node in self.nodes:
             match = _STEP.match(str(node.get("name", "")))
@@ -103,6 +105,29 @@ class TraceTree:
         for node in self.nodes:
             if attr(node, "op_schema"):
                 self.mark_ancestors(node, self.has_operator_below)
+
+    def _parent(self, node_id: Any) -> Any:
+        parent = parent_id(self.by_id[node_id])
+        return parent if parent in self.by_id and parent != node_id else None
+
+    def _refuse_cycles(self, source: Any) -> None:
+        """``TraceError`` naming the nodes whose parent links form a cycle (nodes that reach
+        no root: every walk up or down the tree would go round for ever)."""
+        state: Dict[Any, bool] = {}  # node id -> False while on the current walk, True done
+        for node in self.nodes:
+            path, current = [], node["id"]
+            while current is not None and current not in state:
+                state[current] = False
+                path.append(current)
+                current = self._parent(current)
+            if current is not None and state[current] is False:
+                cycle = path[path.index(current):]
+                shown = " -> ".join(str(i) for i in cycle[:8] + [current])
+                more = f" ({len(cycle)} nodes)" if len(cycle) > 8 else ""
+                raise TraceError(source, [f"the parent links (ctrl_deps) of nodes {shown}"
+                                          f"{more} form a cycle; a trace's nodes form a tree"])
+            for node_id in path:
+                state[node_id] = True
 
     def mark_ancestors(self, node: Dict[str, Any], marks: set) -> None:
         parent, guard = parent_id(node), 0
@@ -121,9 +146,12 @@ class TraceTree:
         step waits for) are not below the step node but fall between those ids."""
         spans = []
         for number, step in self.steps.items():
-            last, stack = step["id"], [step]
+            last, stack, seen = step["id"], [step], set()
             while stack:
                 node = stack.pop()
+                if node["id"] in seen:  # cycles are refused when the tree is built; never loop
+                    continue
+                seen.add(node["id"])
                 last = max(last, node["id"]) if isinstance(node["id"], int) else last
                 stack.extend(self.children.get(node["id"], []))
             spans.append((step["id"], last, number))

@@ -16,32 +16,33 @@ import copy
 import json
 import logging
 from collections import Counter
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
 from param_compute.spec.model import DEFAULT_DATA_GENERATOR
+from param_compute.spec.reserved import CAPTURE_KEY
 from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, kind_reason,
                                               op_kind)
 from param_compute.capture.portable import can_check, missing_kernels
 from param_compute.capture.coverage import summary_lines, time_coverage
 from param_compute.capture.index_rules import index_rules
+from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
+from param_compute.capture.trace_io import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")
 
 
-@lru_cache(maxsize=4096)
 def _overload_problem(namespace: str, base: str, overload: str) -> Optional[str]:
+    """What makes ``namespace::base.overload`` unknown here, or None: the dispatcher's registry
+    is asked by exact name (no operator attribute is looked up from trace text)."""
     import torch
 
-    try:
-        packet = getattr(getattr(torch.ops, namespace), base)
-        overloads = packet.overloads()
-    except (AttributeError, RuntimeError):
+    overloads = registered_overloads(namespace, base)
+    if overloads is None:
         return (f"{namespace}::{base} does not exist in this torch build ({torch.__version__})"
                 + ("" if namespace == "aten" else " or its library is not loaded"))
     if overload not in overloads:
@@ -121,6 +122,9 @@ class CapturedWorkload:
         self._original_skipped: Dict[str, OriginalTimes] = {}
         self.step = None  # capture.step.StepRecorder: the calls in order, with their dataflow
         self.last_config: Optional[Tuple[str, str, str]] = None  # the config add() filled
+        #: The intra-op thread count the captured run used, where known (a live capture knows;
+        #: a Kineto trace says where the recording added it).
+        self.num_threads: Optional[int] = None
 
     # -- collecting --------------------------------------------------------------------------
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
@@ -132,7 +136,7 @@ class CapturedWorkload:
             self._skipped[key] = SkippedOp(op, reason, kind=kind)
         self._skipped[key].count += count
         self._original_skipped.setdefault(op, OriginalTimes()).add(original, count)
-        LOG.debug("not captured: %s (%s): %s", op, kind, reason)
+        LOG.debug("not captured: %s (%s): %s", printable(op, 300), kind, printable(reason, 300))
 
     def add(self, schema: str, args: List[Dict[str, Any]],
             kwargs: Optional[Dict[str, Dict[str, Any]]] = None,
@@ -242,6 +246,15 @@ class CapturedWorkload:
             return spec, None
         return param_form_spec(spec)
 
+    def settings(self) -> Dict[str, Any]:
+        """The ``__capture__`` section (``spec.reserved``): the device and thread count the
+        captured run used, so a replay can say when it runs otherwise."""
+        threads = self.num_threads
+        if threads is None and self.kineto is not None:
+            threads = self.kineto.get("num_threads")
+        return {"device": _device_kind(self.main_device()), "num_threads": threads,
+                "source": self.source}
+
     def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()
         out: Dict[str, Any] = {}
@@ -288,6 +301,7 @@ class CapturedWorkload:
             "skipped_calls": sum(s.count for s in skipped),
             "skipped": [s.to_json() for s in skipped],
             "main_device": self.main_device(),
+            "num_threads": self.settings()["num_threads"],
             "not_captured": self.groups(),
             "target_device": self.target_device,
             "target_kernels_checked": can_check(self.target_device),
@@ -316,11 +330,14 @@ class CapturedWorkload:
     def write_spec(self, path, spec: Dict[str, Any],
                    param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
         """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
+        from param_compute.results.outputs import write_new
+
         path = Path(path)
-        path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+        if param_form_notes is None:  # PARAM reads every top-level key as an operator
+            spec = {**spec, CAPTURE_KEY: self.settings()}
+        write_new(path, json.dumps(spec, indent=1) + "\n")
         report = report_path(path)
-        report.write_text(json.dumps(self.report(param_form_notes), indent=1) + "\n",
-                          encoding="utf-8")
+        write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
         if self.step is not None and self.step.calls:
             from param_compute.capture.step_original import step_original
 
@@ -371,6 +388,11 @@ class CapturedWorkload:
         if skipped:
             line += f", {skipped} calls skipped"
         return line
+
+
+def _device_kind(device: str) -> str:
+    """``cuda:1`` -> ``cuda`` (a replay picks its own GPU); ``cpu`` stays."""
+    return "cuda" if device.startswith("cuda") else "cpu" if device.startswith("cpu") else device
 
 
 def report_path(spec_path: Path) -> Path:

@@ -16,6 +16,13 @@ step's calls in order with their dataflow, for ``run_benchmark --replay-step``) 
 layouts were obtained, configs with no kernel on ``--target-device``, original times joined
 from ``--kineto``). The summary says it in one short line per group; ``-v`` logs every call not
 captured. Exit status: 0 written, 2 bad arguments or input.
+
+A trace is data: reading one runs nothing it names (only allow-listed pure tensor ops, on meta
+tensors, to recover layouts: ``capture.meta_ops``), is bounded (``--max-trace-bytes``, regular
+files only, depth) and checked node by node (``capture.trace_check``). The outputs are checked
+before the trace is read, as ``run_benchmark`` checks its own (``results.outputs``): never an
+input, never through a symbolic link, never a FIFO or directory; each is written to a new file
+and renamed into place.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from param_compute.errors import EXIT_INVALID, SpecError
+from param_compute.errors import EXIT_INVALID, OptionsError, SpecError
 
 SHOWN_SKIPS = 10
 
@@ -69,9 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-device", default=None, metavar="DEVICE",
                    help="the device the spec will replay on, whose kernels are checked for "
                         "every config (default: cuda if available, else cpu)")
+    p.add_argument("--max-trace-bytes", type=_trace_bytes, default=None, metavar="SIZE",
+                   help="--from-et, --kineto: the most JSON text (after decompression) one trace "
+                        "file may hold, e.g. 4GiB (default 2GiB); reading stops at the cap")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log every call not captured, with its reason")
     return p
+
+
+def _trace_bytes(text: str) -> int:
+    from param_compute.runtime.memory_guard import parse_size
+
+    try:
+        size = parse_size(text)
+    except OptionsError:
+        size = None
+    if size is None or size <= 0:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a size; write e.g. 4GiB or "
+                                         "500MB")
+    return size
 
 
 def _default_device() -> str:
@@ -152,16 +175,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         logger.removeHandler(handler)
 
 
+def check_capture_outputs(args: argparse.Namespace) -> None:
+    """The spec and its report checked before anything is read (``OptionsError``)."""
+    from param_compute.capture.workload import report_path
+    from param_compute.results.outputs import check_outputs
+
+    from param_compute.capture.step_file import step_path
+
+    check_outputs({"-o/--output": args.output, "report": report_path(args.output),
+                   "step file": step_path(args.output)},
+                  {"--from-et trace": args.from_et, "--kineto trace": args.kineto})
+
+
 def _main(args: argparse.Namespace) -> int:
     target = args.target_device or _default_device()
     try:
+        check_capture_outputs(args)
         if args.from_et is not None:
             from param_compute.capture.execution_trace import capture_execution_trace
 
             workload = capture_execution_trace(
                 args.from_et, skip_views=args.skip_views, step=args.step,
                 allow_namespaces=args.allow_namespace, kineto=args.kineto,
-                target_device=target)
+                target_device=target, max_trace_bytes=args.max_trace_bytes)
         else:
             _load_namespaces(args.allow_namespace)
             function = load_function(args.run)
@@ -169,7 +205,7 @@ def _main(args: argparse.Namespace) -> int:
                                    source=f"--run {args.run}",
                                    allow_namespaces=args.allow_namespace)
             workload.target_device = target
-    except (OSError, ValueError, ImportError, AttributeError) as exc:
+    except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     spec, notes = workload.spec_and_notes(args.param_form)
@@ -185,7 +221,12 @@ def _main(args: argparse.Namespace) -> int:
             toolchain.validate(spec, str(args.output))
         except SpecError as exc:  # a capture bug: say so, but keep what was captured
             print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
-    spec_path, report = workload.write_spec(args.output, spec, notes)
+    try:
+        spec_path, report = workload.write_spec(args.output, spec, notes)
+    except OSError as exc:
+        print(f"error: cannot write {args.output} or its report: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_INVALID
     print("\n".join(workload.summary_lines()))
     if notes is not None:
         from param_compute.capture.param_form import note_summary

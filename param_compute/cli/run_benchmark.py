@@ -135,9 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="same as --log-level DEBUG")
     from param_compute.profiling.cupti import add_arguments as add_cupti_arguments
     from param_compute.profiling.nsight import add_arguments as add_nsight_arguments
+    from param_compute.cli.replay_checks import add_arguments as add_replay_arguments
 
     add_cupti_arguments(p)  # --cupti-profiler, --cupti-profiler-metrics, ...
     add_nsight_arguments(p)  # --ncu, --nsys, --run-batch-size, ...
+    add_replay_arguments(p)  # --cold, --match-capture
     return add_step_arguments(p)  # --replay-step, --step FILE
 
 
@@ -210,15 +212,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             _HELD_LOCKS.pop().release()
 
 
-def _warn_missing_kernels(spec, device: str) -> None:
-    from param_compute.capture.portable import describe_missing, missing_kernels
-
-    missing = missing_kernels({op.name: {"config": list(op.configs)} for op in spec.operators},
-                              device)
-    for line in describe_missing(missing, device):
-        log.warning("%s: these runs will fail", line)
-
-
 def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from param_compute.results.sinks.console import ConsoleReporter
     from param_compute.runtime.devices import check_device
@@ -234,6 +227,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from param_compute.results.resume import scan_results
     from param_compute.spec.loader import read_spec_bytes, spec_from_bytes
     from param_compute.runtime.engine import Engine
+    from param_compute.cli.replay_checks import before_run
     from param_compute.runtime.toolchain import Toolchain
     from param_compute.plan.sharding import plan_shard, resolve_shard
     from param_compute.process.signals import GUARD
@@ -283,7 +277,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          execution_trace=args.et, fail_fast=args.fail_fast,
                          max_memory=("auto" if args.max_memory == "auto"
                                      else parse_size(args.max_memory)),
-                         isolate=args.isolate, timeout=args.timeout).check()
+                         isolate=args.isolate, timeout=args.timeout, cold=args.cold).check()
     if args.resume and (args.output is None or args.append):
         raise OptionsError("--resume needs --output PATH (and no --append): it continues the "
                            "run in that file")
@@ -305,7 +299,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         gc.enable()
     if args.explain:  # how each ranged value expands; nothing runs
         return print_explanation(raw)
-    _warn_missing_kernels(spec, options.device)  # captured backend ops: said before any run
+    options = before_run(spec, options, args.match_capture)  # said before any run
     digest = hashlib.sha256(spec_bytes).hexdigest()
     start = datetime.now()
     path = _results_path(args, start)

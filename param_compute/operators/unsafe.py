@@ -9,8 +9,9 @@ the data. The engine runs such a run in an isolated worker even without ``--isol
 there is an error record), so it can't take the run down. Torch-free: names and configs only.
 
 One case is proved safe instead: a pooling backward whose indices the default data generator
-draws from a ``value_range`` inside the pooled input's plane, with every shape consistent (what a
-capture writes for a CNN: ``index_rules`` gives max-pool indices ``[0, H * W - 1]``). That run
+draws from a ``value_range`` inside the pooled input's plane, or inside the windows of a valid
+``pool_window`` over that plane (``spec.index_data``), with every shape consistent (what a
+capture writes for a CNN: ``index_rules`` gives max-pool indices their windows). That run
 cannot address outside its tensors, so it is measured in process like any other.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any, Dict, List, Optional
 
+from param_compute.spec.index_data import pool_window_problems
 from param_compute.spec.model import DEFAULT_DATA_GENERATORS
 
 #: aten base names (also reached as ``torch.X``) that never check their index inputs.
@@ -113,6 +115,10 @@ def _pool_indices_in_bounds(layout, config: Any) -> bool:
         return False
     if indices.get("dtype") not in ("long", "int64"):
         return False
+    window = indices.get("pool_window")
+    if window is not None:  # every value inside a window, every window inside the plane
+        return isinstance(window, dict) and window.get("input") == pooled_shape[-dims:] \
+            and not pool_window_problems(window, index_shape)
     bounds = indices.get("value_range")
     if not (isinstance(bounds, list) and len(bounds) == 2
             and all(type(b) is int for b in bounds)):

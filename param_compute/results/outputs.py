@@ -10,13 +10,17 @@ or written, on a full file system; two outputs naming the same file; an output n
 empty where missing; nothing existing is truncated): a second run writing or resuming the same
 file is refused with exit 2 instead of interleaving its lines. ``open_new`` opens an output for
 writing the same way every sink does: ``O_NOFOLLOW`` (a link planted after the check is refused
-too), ``O_EXCL`` where the name must be new.
+too), ``O_EXCL`` where the name must be new. ``write_new`` writes a whole file (a captured spec, its
+report) without ever writing into an existing file: into a fresh one created exclusively beside
+it, then renamed over the name (a link, even a hard link, planted there is replaced, never
+written through).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
 import stat
 from pathlib import Path
@@ -47,7 +51,7 @@ def check_output(flag: str, path: Path) -> None:
     where = f"{flag} {path}"
     if os.path.islink(path):
         raise OptionsError(f"{where}: is a symbolic link; name the file itself (links are never "
-                           "followed when writing results)")
+                           "followed when writing results or other outputs)")
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -165,3 +169,24 @@ def open_new(path: Path, append: bool = False, exclusive: bool = False):
     flags |= os.O_EXCL if exclusive else (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, 0o644)
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8", newline="")
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write ``text`` as the file ``path``: into a new file beside it (a random name, created
+    with ``O_EXCL | O_NOFOLLOW``), renamed over ``path`` once complete (atomic: a reader never
+    sees half a file; whatever was at ``path``, a planted link included, is replaced, never
+    written through)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name[:100]}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise

@@ -15,6 +15,8 @@ import torch
 
 from param_compute.dtypes import DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES, is_differentiable
 from param_compute.plugins.interfaces import DataGenerator
+from param_compute.runtime.index_values import bag_values, draw_integers, pool_window_values
+from param_compute.spec.index_data import UNIFORM
 
 # PARAM's default for integer tensors without value_range: uniform integers in [-10, 10).
 DEFAULT_INT_LOW, DEFAULT_INT_HIGH = -10, 10
@@ -85,6 +87,15 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
             tensor.mul_(high - low).add_(low)
     elif dtype == torch.bool:
         tensor = torch.randint(0, 2, shape, device=device).bool()
+    elif "bags" in spec:  # structured values (spec.index_data): embedding bags, pool windows
+        tensor = bag_values(spec["bags"], dtype, device)
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"bags: a {spec['bags'].get('as')} tensor has shape "
+                             f"{list(tensor.shape)}, not {list(shape)}")
+    elif "values" in spec:
+        tensor = torch.tensor(spec["values"], dtype=dtype, device=device).reshape(shape)
+    elif "pool_window" in spec:
+        tensor = pool_window_values(shape, spec["pool_window"], dtype, device)
     else:
         if value_range:
             low, high = int(value_range[0]), int(value_range[1]) + 1
@@ -92,7 +103,7 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
             low, high = 0, DEFAULT_INT_HIGH
         else:
             low, high = DEFAULT_INT_LOW, DEFAULT_INT_HIGH
-        tensor = torch.randint(low, high, shape, dtype=dtype, device=device)
+        tensor = draw_integers(shape, low, high, spec.get("distribution", UNIFORM), dtype, device)
     requires_grad = spec.get("requires_grad", is_differentiable(spec["dtype"]))
     if requires_grad:
         tensor.requires_grad_(True)

@@ -17,6 +17,7 @@ import torch
 
 from param_compute.runtime.ranges import (Annotator, iteration_range_name, iteration_ranges,
                                             phase_range_name, run_range_name)
+from param_compute.runtime.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
@@ -125,6 +126,7 @@ class Executor:
         self.spec = context.spec
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
+        self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
@@ -157,11 +159,15 @@ class Executor:
                 args, kwargs = self._phase("data", lambda: self._generator(
                     op_spec.input_data_generator).get_data(run.input, self.options.device))
                 fn, setup = self._phase("forward", lambda: self._bind(op, args, kwargs))
+                timed = self._phase("data", lambda: self._cold_copies(
+                    run, op, op_spec, fn, args, kwargs))
                 passes.append(self._phase("forward", lambda: self._forward(
-                    run, fn, setup, args, kwargs)))
+                    run, timed, setup, args, kwargs)))
                 if self.options.backward:
                     passes.append(self._phase("backward", lambda: self._backward(
                         run, op, fn, args, kwargs)))
+                if self.cold is not None:
+                    self.cold.note(passes, timed)
                 verdict = (self._phase("verify", lambda: self._verify(op, fn, args, kwargs))
                            if self.options.verify else None)
         except _PhaseError as failure:
@@ -183,6 +189,18 @@ class Executor:
             self.built.release()
             self.device.release_cached_memory()
         return record
+
+    def _cold_copies(self, run: PlannedRun, op, op_spec, fn, args, kwargs):
+        """``fn``, or with ``--cold`` a rotation over it and ``op`` bound to more copies of the
+        inputs (the same values: the generator reseeded for each) past the cache."""
+        if self.cold is None:
+            return fn
+        generator = self._generator(op_spec.input_data_generator)
+
+        def bind_copy():
+            self.seed_run(run.key)
+            return op.bind_forward(*generator.get_data(run.input, self.options.device))
+        return self.cold.forward(fn, tensor_bytes(args) + tensor_bytes(kwargs), bind_copy)
 
     def _check_memory(self, run: PlannedRun, op_spec) -> None:
         """Refuse the run if its data, build data, built weights and the outputs of one call

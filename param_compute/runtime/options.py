@@ -66,6 +66,9 @@ class RunOptions:
     timeout: Optional[float] = None
     #: Put each measured iteration in its own NVTX range (the --ncu/--nsys profiler child only).
     nvtx_iterations: bool = False
+    #: Time with a cold cache: "rotate" among copies of the inputs, "flush" a buffer before
+    #: each discrete iteration, or "both" (``runtime.cold``); None: warm, as PARAM.
+    cold: Optional[str] = None
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
@@ -106,6 +109,18 @@ class RunOptions:
                                f"{self.max_memory!r}")
         if self.cuda_graph and self.backward:
             raise OptionsError("--cuda-graph replays the forward pass only; drop -b/--backward")
+        if self.cold not in (None, "rotate", "flush", "both"):
+            raise OptionsError(f"--cold must be rotate, flush or both, got {self.cold!r}")
+        if self.cold in ("flush", "both") and self.exec_mode is not ExecMode.DISCRETE:
+            raise OptionsError(f"--cold {self.cold} flushes before each discrete iteration: "
+                               "use --exec-mode discrete, or --cold rotate")
+        if self.cold in ("flush", "both") and self.cuda_l2_cache \
+                and self.device.startswith("cuda"):
+            raise OptionsError(f"--cold {self.cold} flushes the L2 cache: drop --cuda-l2-cache "
+                               "on")
+        if self.cold in ("rotate", "both") and (self.cuda_graph or self.pt2_model):
+            raise OptionsError(f"--cold {self.cold} rotates eager calls over copies of the "
+                               "inputs: drop --cuda-graph/--pt2-model, or use --cold flush")
         kind, _, index = self.device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()) \
                 or (kind == "cpu" and index):

@@ -15,6 +15,7 @@ from param_compute.dtypes import (DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES
                                   is_differentiable)
 from param_compute.errors import did_you_mean
 from param_compute.spec import fastpath
+from param_compute.spec.index_data import structure_problems
 from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR,
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
                                        expanded_lists, has_macros, is_whole_copy)
@@ -33,8 +34,6 @@ def _is_device(value: Any) -> bool:
     kind = value.split(":", 1)[0] if isinstance(value, str) else None
     index = value.split(":", 1)[1] if isinstance(value, str) and ":" in value else "0"
     return kind in ("cpu", "cuda", "meta", "mps", "xpu") and index.isdigit()
-
-
 
 
 def _range_problem(bounds: Any) -> Optional[str]:
@@ -63,7 +62,6 @@ class _Section:
     @property
     def custom(self) -> bool:
         return self.iterator not in (RANGE_ITERATOR, DEFAULT_ITERATOR, DUMMY_ITERATOR)
-
 
 
 #: The check of each data spec type (a method of ``DataSpecChecks``).
@@ -201,6 +199,8 @@ class DataSpecChecks:
         # must match; the alternatives of a __list__ shape are not checked here.
         self._check_tensor_layout(spec, path, None if "shape" in (spec.get(ATTR_LIST) or [])
                                   else shape)
+        for where, message, hint in structure_problems(spec):  # distribution, bags, pool_window
+            self.problem(path + where, message, hint)
 
     def _check_tensor_layout(self, spec, path, shape) -> None:
         """``stride`` (one per dim), ``storage_offset`` and a fixed ``device`` of a tensor."""

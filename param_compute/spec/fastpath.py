@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.dtypes import DIFFERENTIABLE, DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES
+from param_compute.spec.reserved import RESERVED_KEYS
 from param_compute.errors import Problem
 from param_compute.spec.limits import (INT_MAX, INT_MIN, MAX_JSON_VALUES, MAX_KEY_LENGTH,
                                        MAX_NESTING_DEPTH, MAX_OPERATORS, MAX_STRING_LENGTH,
@@ -315,6 +316,8 @@ def scan(raw: Any) -> Optional[Scan]:
     values = 1
     keys = [len(raw)]
     for name, op in raw.items():
+        if name in RESERVED_KEYS:  # not an operator: semantic checks it (spec.reserved)
+            continue
         if not _name(name) or not _operator(op):
             return None
         values += 2 + len(op)

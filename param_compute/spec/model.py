@@ -30,6 +30,8 @@ class BenchmarkSpec:
     source: str
     operators: Tuple[OperatorSpec, ...]
     warnings: Tuple[str, ...] = ()
+    #: A captured spec's ``__capture__`` settings (``spec.reserved``), or None.
+    capture: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, MISREAD
                                        RANGE_ITERATOR, literal_count, variant_axes)
 from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker, BenchmarkSpec,
                                       OperatorSpec, Resolution, Resolver)
+from param_compute.spec.reserved import RESERVED_KEYS, capture_problems, capture_settings
 from param_compute.spec.schema import data_spec_schema_problems, schema_problems
 from param_compute.spec.walker import asl_data_specs
 from param_compute.spec.wording import printable
@@ -89,6 +90,10 @@ class SpecValidator(DataSpecChecks):
             bad_paths = [p.path for p in schema_errors]
             if isinstance(raw, dict):
                 for name, op in raw.items():
+                    if name in RESERVED_KEYS:  # not an operator (spec.reserved)
+                        for where, message, hint in capture_problems(op):
+                            self.problem((name,) + where, message, hint)
+                        continue
                     operator = self._check_operator(name, op, bad_paths)
                     if operator is not None:
                         operators.append(operator)
@@ -101,7 +106,8 @@ class SpecValidator(DataSpecChecks):
             self.warnings.append(_undeclared_warning(self._undeclared))
         for warning in self.warnings:
             log.warning("%s: %s", self.source, warning)
-        return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings))
+        return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings),
+                             capture_settings(raw))
 
     def _plugin_key(self, raw: Dict[str, Any], problem: Problem) -> Optional[Problem]:
         """None for an unknown key that the operator's iterator or generator declares it reads

@@ -1,0 +1,80 @@
+"""Top-level spec keys that are not operators: what they may hold, checked.
+
+``__capture__`` (written by ``python -m param_compute.capture``): the settings the captured
+workload ran with, so a replay can say when it runs otherwise (``run_benchmark`` warns) or follow
+them (``--match-capture``): ``{"device": "cpu" | "cuda" | "cuda:N", "num_threads": N | null,
+"source": TEXT}``. ``num_threads`` is null when the recording did not say (an execution trace
+never records it; a Kineto trace does where the recording added it, ``prof.add_metadata(
+"num_threads", str(torch.get_num_threads()))``; a live capture always knows). PARAM, which reads
+every top-level key as an operator, skips it as an unknown operator. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+CAPTURE_KEY = "__capture__"
+RESERVED_KEYS = frozenset({CAPTURE_KEY})
+CAPTURE_FIELDS = ("device", "num_threads", "source")
+#: At most this many threads is a believable recorded setting.
+MAX_RECORDED_THREADS = 1 << 16
+
+
+def _is_device(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    kind, sep, index = value.partition(":")
+    return kind in ("cpu", "cuda") and (not sep or (index.isdigit() and kind == "cuda"))
+
+
+def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
+    """(path under the key, message, hint) for each problem of a ``__capture__`` value."""
+    if not isinstance(value, dict):
+        return [((), f"{CAPTURE_KEY} is an object {{device, num_threads, source}}", None)]
+    problems: List[Tuple[tuple, str, Optional[str]]] = [
+        ((key,), f"unknown key {key[:40]!r}", f"allowed keys: {', '.join(CAPTURE_FIELDS)}")
+        for key in value if key not in CAPTURE_FIELDS]
+    if "device" in value and not _is_device(value["device"]):
+        problems.append((("device",), f"not a device: {str(value['device'])[:40]!r}",
+                         'write "cpu", "cuda" or "cuda:N"'))
+    threads = value.get("num_threads")
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool)
+                                    and 1 <= threads <= MAX_RECORDED_THREADS):
+        problems.append((("num_threads",), f"num_threads is an integer from 1 to "
+                                           f"{MAX_RECORDED_THREADS} or null, got "
+                                           f"{str(threads)[:40]}", None))
+    if "source" in value and not isinstance(value["source"], str):
+        problems.append((("source",), "source is text", None))
+    return problems
+
+
+def recorded_threads(value: Any) -> Optional[int]:
+    """A thread count as a trace's metadata records it (an int, or text such as ``"4"``);
+    None where it is absent or not a believable count."""
+    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 8:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and 1 <= value <= MAX_RECORDED_THREADS:
+        return value
+    return None
+
+
+def capture_settings(raw: Any) -> Optional[Dict[str, Any]]:
+    """A (validated) spec's ``__capture__`` object, or None."""
+    value = raw.get(CAPTURE_KEY) if isinstance(raw, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def differences(settings: Optional[Dict[str, Any]], device: str,
+                num_threads: int) -> List[str]:
+    """What a run with ``device`` and ``num_threads`` does otherwise than the capture did."""
+    if not settings:
+        return []
+    out = []
+    captured_device = settings.get("device")
+    if captured_device and captured_device.split(":")[0] != device.split(":")[0]:
+        out.append(f"device {device} (captured on {captured_device})")
+    threads = settings.get("num_threads")
+    if threads is not None and threads != num_threads:
+        out.append(f"--num-threads {num_threads} (captured with {threads})")
+    return out

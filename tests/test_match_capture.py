@@ -1,0 +1,91 @@
+"""A captured spec's ``__capture__`` settings: written by capture, validated, warned about by
+run_benchmark when a run differs, followed with ``--match-capture``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import read_results, run_cli, simple_op, tensor, write_spec
+from param_compute.capture import capture_ops
+from param_compute.errors import EXIT_INVALID
+from param_compute.spec.reserved import capture_problems, differences, recorded_threads
+
+
+def _spec(settings):
+    spec = simple_op("torch.neg", tensor(8))
+    if settings is not None:
+        spec["__capture__"] = settings
+    return spec
+
+
+def test_a_live_capture_writes_its_device_and_thread_count(tmp_path):
+    with capture_ops(source="test") as cap:
+        torch.ones(4).neg()
+    spec_path, _ = cap.write(tmp_path / "spec.json")
+    spec = json.loads(spec_path.read_text())
+    assert spec["__capture__"] == {"device": "cpu", "num_threads": torch.get_num_threads(),
+                                   "source": "test"}
+    assert "__capture__" not in cap.spec()  # the operators only, for code reading them
+    param_path, _ = cap.write(tmp_path / "param.json", param_form=True)
+    assert "__capture__" not in json.loads(param_path.read_text())  # PARAM: every key an op
+    assert json.loads((tmp_path / "spec.capture.json").read_text())["num_threads"] \
+        == torch.get_num_threads()
+
+
+def test_a_run_that_differs_is_warned_about_and_match_capture_follows(tmp_path):
+    spec = write_spec(tmp_path, _spec({"device": "cpu", "num_threads": 2, "source": "t"}))
+    out = tmp_path / "r.json"
+    warned = run_cli("-c", spec, "--output", out, "--num-threads", "1")
+    assert warned.returncode == 0, warned.stderr
+    assert "differs from the captured workload: --num-threads 1 (captured with 2)" \
+        in warned.stderr
+    header, [run], _ = read_results(out)
+    assert header["run_options"]["num_threads"] == 1 and run["status"] == "ok"
+    followed = run_cli("-c", spec, "--output", tmp_path / "m.json", "--match-capture")
+    assert followed.returncode == 0, followed.stderr
+    assert "differs from the captured" not in followed.stderr
+    assert "--match-capture: running with -d cpu --num-threads 2, as captured" in followed.stderr
+    header, _, _ = read_results(tmp_path / "m.json")
+    assert header["run_options"]["num_threads"] == 2
+
+
+def test_matching_runs_and_unknown_thread_counts_say_nothing(tmp_path):
+    same = write_spec(tmp_path, _spec({"device": "cpu", "num_threads": 1, "source": "t"}),
+                      "same.json")
+    unknown = write_spec(tmp_path, _spec({"device": "cpu", "num_threads": None}), "u.json")
+    for spec in (same, unknown):
+        result = run_cli("-c", spec, "--output", tmp_path / f"{spec.stem}.r.json")
+        assert result.returncode == 0 and "differs from" not in result.stderr, result.stderr
+    result = run_cli("-c", unknown, "--output", tmp_path / "u2.json", "--match-capture")
+    assert "did not record its thread count" in result.stderr
+    plain = write_spec(tmp_path, _spec(None), "plain.json")
+    result = run_cli("-c", plain, "--output", tmp_path / "p.json", "--match-capture")
+    assert "records no capture settings" in result.stderr and result.returncode == 0
+
+
+def test_bad_capture_settings_are_refused_with_their_path(tmp_path):
+    spec = write_spec(tmp_path, _spec({"device": "tpu", "num_threads": True, "when": 1}))
+    result = run_cli("-c", spec, "--output", tmp_path / "r.json")
+    assert result.returncode == EXIT_INVALID
+    for text in ("__capture__.device: not a device: 'tpu'", "__capture__.num_threads: "
+                 "num_threads is an integer from 1", "__capture__.when: unknown key 'when'"):
+        assert text in result.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("value, threads", [("4", 4), (16, 16), ("0", None), ("many", None),
+                                            (True, None), (None, None), (10**9, None)])
+def test_recorded_thread_counts_are_read_only_when_believable(value, threads):
+    assert recorded_threads(value) == threads
+
+
+def test_differences_compare_device_kinds_and_threads():
+    settings = {"device": "cuda", "num_threads": 8}
+    assert differences(settings, "cuda:3", 8) == []  # a rank's own GPU is the same kind
+    assert differences(settings, "cpu", 1) == ["device cpu (captured on cuda)",
+                                               "--num-threads 1 (captured with 8)"]
+    assert differences(None, "cpu", 1) == []
+    assert capture_problems([]) and capture_problems({"device": "cuda:1"}) == []
