@@ -387,3 +387,38 @@ def test_dry_run_plans_the_step_without_replaying_it(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "step replay: 2 calls planned (dry run)" in result.stdout + result.stderr
     assert "step_replay" not in out.read_text()
+
+
+def test_device_clock_times_each_call_between_stamps(tmp_path):
+    """On a device (CUDA) each call's in-step time is the clock's interval between the stamps
+    around it: checked with a fake clock whose stamps are call numbers (ms)."""
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    _capture(lambda: torch.relu(x @ w).sum(), tmp_path / "s.json")
+    replay = _replay(tmp_path / "s.json")
+    replay.checked_pass()
+
+    class FakeClock:
+        name = "fake_events"
+        stamps = 0
+        reserved = None
+
+        def reserve(self, count):
+            self.reserved = count
+
+        def stamp(self):
+            self.stamps += 1
+            return self.stamps * self.stamps  # intervals 3, 5, 7 ... ms
+
+        def synchronize(self):
+            return None
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return float(end - start)
+
+    replay.clock = FakeClock()
+    times = [0] * len(replay.calls)
+    replay.run_step_timed(times)
+    assert replay.clock.reserved == len(replay.calls) + 1
+    assert times == [3e6, 5e6, 7e6]  # ns per call, in order
+    assert replay.time_step() == float(6 * 6 - 5 * 5)  # the step: stamps 5 and 6
