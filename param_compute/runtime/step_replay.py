@@ -18,9 +18,7 @@ passes of its in-step time per call (``in_step_us``), beside the isolated record
 from __future__ import annotations
 
 import functools
-import gc
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -295,7 +293,7 @@ class StepReplay:
 
     def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False) -> None:
         """One step. ``times``: per call (by index), the host clock's ns around the call, or
-        with ``stamped`` the device clock's stamp after it (``stamps_to_times`` reads them)."""
+        with ``stamped`` the device clock's stamp after it (``run_step_timed`` reads them)."""
         values = self.values
         clock = self.clock.stamp if stamped else time.perf_counter_ns
         for index, call in enumerate(self.calls):
