@@ -85,8 +85,16 @@ def summary_lines(workload) -> List[str]:
             if total:
                 parts.append(f"{side} {100 * cover['captured_us'][side] / total:.1f}% of "
                              f"{total / 1e3:.3f} ms")
-        lines.append(f"  original time (Kineto: {workload.kineto.get('joined_calls', 0)} of "
+        origin = "Kineto" if "real_step_us" not in workload.kineto else "timed in place"
+        lines.append(f"  original time ({origin}: {workload.kineto.get('joined_calls', 0)} of "
                      f"{workload.kineto.get('calls', 0)} calls joined): captured "
                      + (", ".join(parts) or "no time recorded"))
+        if "real_step_us" in workload.kineto:
+            lines.append(f"  real step (unprofiled): {workload.kineto['real_step_us'] / 1e3:.3f}"
+                         " ms")
+        cost = workload.kineto.get("profiler_cost")
+        if cost:
+            lines.append(f"  profiler cost subtracted: {cost['per_call_us']:.2f} µs per "
+                         f"profiled call ({cost['calibrated_from']})")
     return lines
 

@@ -230,28 +230,45 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps,
                              max_trace_bytes)
         workload.kineto = timing.summary
+    from param_compute.capture.step import StepRecorder
+
+    workload.step = StepRecorder()
+    in_order = []  # (node, config or None, original CPU µs): the step's dataflow
     for lost in dropped:
+        original = timing.of(lost.node) if timing else None
         workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
-                      original=timing.of(lost.node) if timing else None)
+                      original=original)
+        in_order.append((lost.node, None, None))
     for node in taken:
         original = timing.of(node) if timing else None
-        label = op_label(node)
-        namespace, _, base = label.partition("::")
-        kind = op_kind(namespace, base.split(".", 1)[0])
-        if kind is not None:
-            workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
-            continue
-        try:
-            schema, args, kwargs = node_call(node, recovered.get(node["id"]))
-        except Exception as exc:  # one odd node must not end the conversion
-            if isinstance(exc, Unreplayable):
-                workload.skip(label, str(exc), kind=exc.kind, original=original)
-            else:
-                workload.skip(label, f"unreadable node: {type(exc).__name__}: {exc}",
-                              kind="unreadable", original=original)
-            continue
-        workload.add(schema, args, kwargs, original=original)
+        in_order.append((node, _add_node(workload, node, recovered, original),
+                         original[0] if original else None))
+    from param_compute.capture.step_trace import record_trace_step
+
+    in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
+    record_trace_step(workload.step, in_order)
     return workload
+
+
+def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original):
+    """Capture one replay-level node; the config it went into (None: not captured)."""
+    label = op_label(node)
+    namespace, _, base = label.partition("::")
+    kind = op_kind(namespace, base.split(".", 1)[0])
+    if kind is not None:
+        workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
+        return None
+    try:
+        schema, args, kwargs = node_call(node, recovered.get(node["id"]))
+    except Exception as exc:  # one odd node must not end the conversion
+        if isinstance(exc, Unreplayable):
+            workload.skip(label, str(exc), kind=exc.kind, original=original)
+        else:
+            workload.skip(label, f"unreadable node: {type(exc).__name__}: {exc}",
+                          kind="unreadable", original=original)
+        return None
+    return workload.last_config if workload.add(schema, args, kwargs, original=original) \
+        else None
 
 
 def _has_strides(trace: Dict[str, Any]) -> bool:

@@ -125,10 +125,12 @@ def _match(tree: TraceTree, cpu: List[Dict[str, Any]], window_ids: Optional[set]
 
 
 def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
-                steps: Optional[Steps] = None, max_bytes: Optional[int] = None) -> KinetoJoin:
+                steps: Optional[Steps] = None, max_bytes: Optional[int] = None,
+                profiler_cost: bool = True) -> KinetoJoin:
     """Join ``nodes`` (the replay-level calls and the left-out ones) of an execution trace to a
     Kineto trace (a path or its parsed JSON; its events checked first, ``TraceError`` naming
-    the event and field that is wrong)."""
+    the event and field that is wrong). With ``profiler_cost``, CPU times lose the profiler's
+    own per-call cost (``profiler_cost``), and the summary says how much."""
     source = None
     if not isinstance(kineto, dict):
         source = str(kineto)
@@ -140,6 +142,11 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         step_of = tree.step_of()
         window_ids = {i for i, number in step_of.items() if number == steps.selected[0]}
     cpu, device, launches = _events(kineto, window)
+    cost = None
+    if profiler_cost:
+        from param_compute.capture.profiler_cost import calibrate
+
+        cost = calibrate(cpu)
     matched, how = _match(tree, cpu, window_ids)
     wanted = {node["id"] for node in nodes}
     intervals: Dict[Any, List[Tuple[float, float, Any]]] = defaultdict(list)
@@ -177,7 +184,8 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         if not events:
             continue
         repeats[len(events)] += 1
-        cpu_us = sum(float(e.get("dur", 0)) for e in events) / len(events)
+        cpu_us = sum(cost.corrected(e) if cost is not None else float(e.get("dur", 0))
+                     for e in events) / len(events)
         dev = device_us.get(node_id, 0.0) / len(events) if device else None
         times[node_id] = (round(cpu_us, 3), None if dev is None else round(dev, 3))
     per_iteration = repeats.most_common(1)[0][0] if repeats else 1
@@ -187,6 +195,10 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
                "device_unattributed_us": round((total_device - attributed) / per_iteration, 1)}
     if window is not None:
         summary["window"] = f"ProfilerStep#{steps.selected[0]}"
+    if cost is not None:
+        summary["profiler_cost"] = cost.to_json()
+    elif profiler_cost:
+        summary["profiler_cost"] = None  # too few trivial calls to calibrate: times as recorded
     threads = recorded_threads(kineto.get("num_threads"))  # where the recording added it
     if threads is not None:
         summary["num_threads"] = threads

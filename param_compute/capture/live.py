@@ -14,32 +14,88 @@ tensors record the actual min and max of their values, so replayed indices stay 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from param_compute.capture.schema_args import split_name
 from param_compute.capture.accounting import Unreplayable
+from param_compute.capture.step import StepRecorder, TensorSlot
 from param_compute.capture.values import live_spec
 from param_compute.capture.workload import CapturedWorkload
+
+
+def _keys(tensor: torch.Tensor):
+    """(exact, layout) keys of a live tensor for the step's dataflow (``capture.step``)."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # no storage (a sparse or wrapped tensor)
+        pointer = None
+    layout = ("L", pointer, tensor.storage_offset() if pointer is not None else None,
+              tuple(tensor.shape), tuple(tensor.stride()) if tensor.layout == torch.strided
+              else None, tensor.dtype, str(tensor.device))
+    return ("T", id(tensor)) + layout[1:], layout
+
+
+def tensor_slots(values, names=None) -> List[TensorSlot]:
+    """The tensors among ``values`` (a call's args, or outputs), each with its path and keys;
+    ``names`` gives the path heads (keyword names), positions otherwise."""
+    slots = []
+    for index, value in enumerate(values):
+        head = names[index] if names is not None else index
+        if isinstance(value, torch.Tensor):
+            slots.append(([head], *_keys(value)))
+        elif isinstance(value, (list, tuple)):
+            slots.extend(([head, j], *_keys(item)) for j, item in enumerate(value)
+                         if isinstance(item, torch.Tensor))
+    return slots
 
 
 class LiveCapture(TorchDispatchMode):
     """Records every aten call made while active; ``spec()``/``write()`` give the workload."""
 
     def __init__(self, skip_views: bool = False, source: str = "live capture",
-                 allow_namespaces: Sequence[str] = ()):
+                 allow_namespaces: Sequence[str] = (),
+                 originals: Optional[Mapping[str, List[float]]] = None):
+        """``originals``: op (``str(func)``) -> the µs each of its calls took in place, in
+        order (``live_timing``): the k-th captured call of an op gets the k-th time."""
         super().__init__()
         self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
+        self.workload.step = StepRecorder()
+        self.originals = originals
+        self._seen: Counter = Counter()
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self._record(func, args, kwargs)
-        return func(*args, **kwargs)
+        original = self._original(func)
+        config = self._record(func, args, kwargs, original)
+        try:
+            inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
+        except Exception:  # the dataflow is a record, never a reason to fail the model
+            inputs = []
+        out = func(*args, **kwargs)
+        try:
+            outputs = tensor_slots(out if isinstance(out, tuple) else (out,))
+        except Exception:
+            outputs = []
+        self.workload.step.call(config, inputs, outputs,
+                                original[0] if original is not None else None)
+        return out
 
-    def _record(self, func, args, kwargs: Dict[str, Any]) -> None:
+    def _original(self, func):
+        if self.originals is None:
+            return None
+        name = str(func)
+        index = self._seen[name]
+        self._seen[name] += 1
+        times = self.originals.get(name)
+        return (times[index], None) if times is not None and index < len(times) else None
+
+    def _record(self, func, args, kwargs: Dict[str, Any], original=None):
+        """Capture one call; the config it went into (None: not captured)."""
         schema = str(func._schema)
         try:
             arg_specs = [live_spec(value) for value in args]
@@ -49,9 +105,12 @@ class LiveCapture(TorchDispatchMode):
                 f"capture failed: {type(exc).__name__}: {exc}"
             namespace, base, overload = split_name(schema)
             self.workload.skip(f"{namespace}::{base}"
-                               + ("" if overload == "default" else f".{overload}"), reason)
-            return
-        self.workload.add(schema, arg_specs, kwarg_specs)
+                               + ("" if overload == "default" else f".{overload}"), reason,
+                               original=original)
+            return None
+        if self.workload.add(schema, arg_specs, kwarg_specs, original=original):
+            return self.workload.last_config
+        return None
 
     # -- the workload ------------------------------------------------------------------------
     def spec(self, param_form: bool = False) -> Dict[str, Any]:
@@ -71,7 +130,9 @@ class LiveCapture(TorchDispatchMode):
 
 
 def capture_ops(skip_views: bool = False, source: Optional[str] = None,
-                allow_namespaces: Sequence[str] = ()) -> LiveCapture:
+                allow_namespaces: Sequence[str] = (),
+                originals: Optional[Mapping[str, List[float]]] = None) -> LiveCapture:
     """A context manager capturing the aten calls made inside it (forward and backward), and
-    those of ``allow_namespaces`` (``fbgemm``...)."""
-    return LiveCapture(skip_views, source or "live capture", allow_namespaces)
+    those of ``allow_namespaces`` (``fbgemm``...); ``originals``: each op's in-place times
+    (``live_timing.time_ops_in_place``), written as the configs' ``original_us``."""
+    return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals)

@@ -120,6 +120,8 @@ class CapturedWorkload:
         self.strides: Optional[Dict[str, Any]] = None  # how input layouts were obtained
         self.kineto: Optional[Dict[str, Any]] = None  # the Kineto join's coverage
         self._original_skipped: Dict[str, OriginalTimes] = {}
+        self.step = None  # capture.step.StepRecorder: the calls in order, with their dataflow
+        self.last_config: Optional[Tuple[str, str, str]] = None  # the config add() filled
         #: The intra-op thread count the captured run used, where known (a live capture knows;
         #: a Kineto trace says where the recording added it).
         self.num_threads: Optional[int] = None
@@ -142,6 +144,7 @@ class CapturedWorkload:
         """Record one call (``original``: its (CPU, device) time in µs in the recorded run);
         False when it was skipped (the reason is kept) or dropped as a view."""
         self.calls += 1
+        self.last_config = None
         try:
             return self._add(schema, args, dict(kwargs or {}), original)
         except Exception as exc:  # a capture bug must not end the capture: keep it as a skip
@@ -192,6 +195,7 @@ class CapturedWorkload:
             _widen(entry["args"], args)
             _widen(entry["kwargs"], kwargs)
         entry["original"].add(original)
+        self.last_config = (f"{namespace}::{base}", schema, key)
         return True
 
     def _refusal(self, namespace: str, base: str, overload: str) -> Optional[Tuple[str, str]]:
@@ -334,7 +338,21 @@ class CapturedWorkload:
         write_new(path, json.dumps(spec, indent=1) + "\n")
         report = report_path(path)
         write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
+        if self.step is not None and self.step.calls:
+            from param_compute.capture.step_original import step_original
+
+            self.step.write(path, self.run_keys(), self.source, step_original(self))
         return path, report
+
+    def run_keys(self) -> Dict[Tuple[str, str, str], str]:
+        """(op, schema, signature) of each config -> its run key in the spec
+        (``op|config|0|input``: configs and inputs in the order the spec lists them)."""
+        keys = {}
+        for op, schemas in self._ops.items():
+            for config_index, (schema, bucket) in enumerate(schemas.items()):
+                for input_index, signature in enumerate(bucket):
+                    keys[(op, schema, signature)] = f"{op}|{config_index}|0|{input_index}"
+        return keys
 
     def groups(self) -> List[Dict[str, Any]]:
         """The calls not captured, one group per kind: ``{kind, what, calls, ops}``, largest

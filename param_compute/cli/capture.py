@@ -6,11 +6,13 @@
 
 ``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
 FUNCTION with no arguments ``--warmup`` times uncaptured (lazy initialization, first-step
-allocation of gradients) and then ``--steps`` times under the capture. Build the model at import
+allocation of gradients), times it unprofiled (the real step) and op by op in place (the
+originals, ``capture.live_timing``), then calls it ``--steps`` times under the capture. Build the model at import
 time (or cache it) so that only the step is captured.
 
-Writes the spec, validated the way ``run_benchmark`` validates it, and ``NAME.capture.json``
-beside it (what was captured, every call not captured with its kind and reason, the steps, how
+Writes the spec, validated the way ``run_benchmark`` validates it, ``NAME.step.json`` (the
+step's calls in order with their dataflow, for ``run_benchmark --replay-step``) and
+``NAME.capture.json`` beside it (what was captured, every call not captured with its kind and reason, the steps, how
 layouts were obtained, configs with no kernel on ``--target-device``, original times joined
 from ``--kineto``). The summary says it in one short line per group; ``-v`` logs every call not
 captured. Exit status: 0 written, 2 bad arguments or input.
@@ -126,16 +128,30 @@ def load_function(target: str) -> Callable[[], object]:
 
 def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                 skip_views: bool = False, source: str = "live capture",
-                allow_namespaces: Sequence[str] = ()):
+                allow_namespaces: Sequence[str] = (), repeats: int = 3):
+    """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
+    (``capture.live_timing``), then capture ``steps`` steps with those times as originals."""
     from param_compute.capture.live import capture_ops
+    from param_compute.capture.live_timing import median, time_ops_in_place, time_step
 
     for _ in range(warmup):
         function()
+    real = time_step(function, max(1, repeats))
+    in_place = time_ops_in_place(function, steps)
     with capture_ops(skip_views=skip_views, source=source,
-                     allow_namespaces=allow_namespaces) as cap:
+                     allow_namespaces=allow_namespaces, originals=in_place) as cap:
         for _ in range(steps):
             function()
-    return cap.workload
+    workload = cap.workload
+    timed = sum(len(v) for v in in_place.values())
+    workload.kineto = {"file": "live timing (unprofiled)",
+                       "joined_by": "each op timed in place (perf_counter_ns around the call, "
+                                   "no profiler), occurrence by occurrence",
+                       "calls": workload.calls, "joined_calls": min(timed, workload.calls),
+                       "real_step_us": round(median(real) * steps, 1),
+                       "real_step_repeats_us": [round(t, 1) for t in real]}
+    workload.step.real_step_us = median(real) * steps
+    return workload
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -164,7 +180,10 @@ def check_capture_outputs(args: argparse.Namespace) -> None:
     from param_compute.capture.workload import report_path
     from param_compute.results.outputs import check_outputs
 
-    check_outputs({"-o/--output": args.output, "report": report_path(args.output)},
+    from param_compute.capture.step_file import step_path
+
+    check_outputs({"-o/--output": args.output, "report": report_path(args.output),
+                   "step file": step_path(args.output)},
                   {"--from-et trace": args.from_et, "--kineto trace": args.kineto})
 
 

@@ -22,6 +22,7 @@ from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, Sp
 from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import Interrupted
 from param_compute.runtime.timing import ExecMode
+from param_compute.runtime.step_session import add_arguments as add_step_arguments, step_sinks
 from param_compute.plan.explain import print_explanation
 from param_compute.results.sinks.console import SORT_COLUMNS, max_rows, protocol_text
 
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cupti_arguments(p)  # --cupti-profiler, --cupti-profiler-metrics, ...
     add_nsight_arguments(p)  # --ncu, --nsys, --run-batch-size, ...
     add_replay_arguments(p)  # --cold, --match-capture
-    return p
+    return add_step_arguments(p)  # --replay-step, --step FILE
 
 
 def _setup_logging(level: str) -> None:
@@ -349,7 +350,7 @@ def _main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from param_compute.results.targets import Verdicts
 
     verdicts = Verdicts()  # missed targets and --verify failures decide the exit status too
-    sinks.append(verdicts)
+    sinks += [verdicts] + step_sinks(args, spec, toolchain, options, sinks[0])  # checked now
     batches = None
     if nsight is not None:  # writes its batch lines through the results sink (sinks[0])
         batches = BatchProfiler(nsight, spec, options, path, sinks[0], toolchain.workloads_dirs)

@@ -136,6 +136,13 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
             f"{base64.b64encode(png).decode('ascii')}\">")
 
 
+def _ledger_html(results: ResultsFile) -> str:
+    """The fidelity ledger of a captured workload, first (``results.ledger``; empty else)."""
+    from param_compute.results.ledger import build_ledger, ledger_section
+
+    return ledger_section(build_ledger(results.records, results.extras, results.run_options))
+
+
 def build_report(results: ResultsFile, title: Optional[str] = None,
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
     """(the HTML text, the sweeps plotted)."""
@@ -145,7 +152,8 @@ def build_report(results: ResultsFile, title: Optional[str] = None,
     title = title or f"param_compute report: {results.path.name}"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>", _about(results), "<h2>Sweeps</h2>"]
+             f"<h1>{_e(title)}</h1>", _about(results), _ledger_html(results),
+             "<h2>Sweeps</h2>"]
     sweeps: List[Sweep] = []
     for op, records in by_op.items():
         for sweep in find_sweeps(op, records):

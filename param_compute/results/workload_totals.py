@@ -173,12 +173,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Replayed median x count per op of a captured workload, beside the "
                     "original time recorded in production (capture --kineto).")
     parser.add_argument("results", help="a run_benchmark results file")
+    parser.add_argument("--json", action="store_true",
+                        help="print the fidelity ledger as one JSON object (results.ledger)")
     args = parser.parse_args(argv)
     try:
         results = read_results(args.results)
     except (OSError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from param_compute.results.ledger import build_ledger, format_ledger
+
+    ledger = build_ledger(results.records, results.extras, results.run_options)
+    if args.json:
+        import json
+
+        print(json.dumps(ledger, indent=1))
+        return 0
     totals = WorkloadTotals()
     for record in results.records:
         totals.add_json(record)
@@ -191,6 +201,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(format_comparison(rows))
     else:
         print("no original times: capture with --kineto to compare with production")
+    if ledger["ops"] and (ledger["in_step_ms"] is not None or ledger["original_ms"]):
+        print()
+        print(format_ledger(ledger))
     return 0
 
 

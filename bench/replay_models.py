@@ -1,0 +1,348 @@
+"""Does a step replay predict production? Four models' real steps against their replays.
+
+Four models built here (no downloads), each trained one step at a time with one torch thread:
+
+* ``resnet18``: a ResNet-18 (basic blocks 2-2-2-2, 64 to 512 channels), batch 8 at 112x112,
+  cross-entropy, SGD with momentum;
+* ``gpt2``: a 4-layer GPT-2 (d 256, 4 heads, sequence 128, batch 8, vocabulary 8192),
+  forward and backward, SGD;
+* ``lstm``: a 2-layer LSTM language model (vocabulary 10000, 256 wide, 35 steps, batch 20),
+  Adam;
+* ``dlrm``: a DLRM-like model: 8 ``EmbeddingBag`` tables of 100000 x 64 (sum, 20 lookups per
+  bag), bottom MLP 13-512-256-64, dot interactions, top MLP 512-256-1, batch 256, SGD.
+
+Per model: ``capture --run`` (library form: the real step timed unprofiled, each op timed in
+place, then captured with its dataflow), then ``--reps`` repetitions of [the real step timed
+unprofiled here (median of ``--real-steps``), ``run_benchmark -c SPEC --replay-step
+--num-threads 1`` in a child process, ``workload_totals --json`` on its results]: the real
+step and the replays interleaved. Targets (median over repetitions): the in-step replay within
+``--step-tolerance`` (10%) of the real step; per op above 2% of the step, the in-step time
+within ``--op-tolerance`` (25%) of the original (each op timed in place in the real step).
+Exit status 1 on a miss (the table says which).
+
+    python bench/replay_models.py [--models resnet18,gpt2,lstm,dlrm] [--reps 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from param_compute.capture.live_timing import time_ops_in_place, time_step  # noqa: E402
+from param_compute.cli.capture import capture_run  # noqa: E402
+
+
+# -- the models ------------------------------------------------------------------------------
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, width: int = 64, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], width
+        for index, cout in enumerate([width, 2 * width, 4 * width, 8 * width]):
+            stride = 1 if index == 0 else 2
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class GPT2(nn.Module):
+    def __init__(self, layers: int = 4, d: int = 256, heads: int = 4, vocab: int = 8192,
+                 seq: int = 128):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(positions))))
+
+
+class LstmLM(nn.Module):
+    def __init__(self, vocab: int = 10000, d: int = 256, layers: int = 2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, d, layers, batch_first=False)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        hidden, _ = self.lstm(self.emb(tokens))
+        return self.out(hidden)
+
+
+class DLRM(nn.Module):
+    def __init__(self, tables: int = 8, rows: int = 100_000, dim: int = 64, dense: int = 13):
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum")
+                                        for _ in range(tables))
+        self.bottom = nn.Sequential(nn.Linear(dense, 512), nn.ReLU(), nn.Linear(512, 256),
+                                    nn.ReLU(), nn.Linear(256, dim), nn.ReLU())
+        pairs = (tables + 1) * tables // 2
+        self.top = nn.Sequential(nn.Linear(dim + pairs, 512), nn.ReLU(), nn.Linear(512, 256),
+                                 nn.ReLU(), nn.Linear(256, 1))
+
+    def forward(self, dense, indices, offsets):
+        x = self.bottom(dense)
+        features = [x] + [table(indices[i], offsets[i]) for i, table in
+                          enumerate(self.embeddings)]
+        t = torch.stack(features, dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))
+        rows, cols = torch.tril_indices(t.shape[1], t.shape[1], offset=-1, device=t.device)
+        return self.top(torch.cat([x, z[:, rows, cols]], dim=1))
+
+
+def _training_step(model: nn.Module, optimizer, loss_of: Callable[[], torch.Tensor]):
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def build(name: str, quick: bool, device: str) -> Callable[[], None]:
+    torch.manual_seed(0)
+    if name == "resnet18":
+        model = ResNet18(16 if quick else 64, 100 if quick else 1000).to(device)
+        size = 32 if quick else 112
+        x = torch.randn(8, 3, size, size, device=device)
+        y = torch.randint(0, 100 if quick else 1000, (8,), device=device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return _training_step(model, optimizer, lambda: F.cross_entropy(model(x), y))
+    if name == "gpt2":
+        seq, vocab = (32, 512) if quick else (128, 8192)
+        model = GPT2(2 if quick else 4, 64 if quick else 256, 4, vocab, seq).to(device)
+        idx = torch.randint(0, vocab, (8, seq), device=device)
+        target = torch.randint(0, vocab, (8, seq), device=device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        return _training_step(model, optimizer, lambda: F.cross_entropy(
+            model(idx).view(-1, vocab), target.view(-1)))
+    if name == "lstm":
+        vocab, width, steps = (1000, 64, 10) if quick else (10000, 256, 35)
+        model = LstmLM(vocab, width).to(device)
+        tokens = torch.randint(0, vocab, (steps, 20), device=device)
+        target = torch.randint(0, vocab, (steps, 20), device=device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return _training_step(model, optimizer, lambda: F.cross_entropy(
+            model(tokens).view(-1, vocab), target.view(-1)))
+    if name == "dlrm":
+        rows, batch = (10_000, 64) if quick else (100_000, 256)
+        model = DLRM(8, rows).to(device)
+        dense = torch.randn(batch, 13, device=device)
+        indices = [torch.randint(0, rows, (batch * 20,), device=device) for _ in range(8)]
+        offsets = [torch.arange(0, batch * 20, 20, device=device) for _ in range(8)]
+        label = torch.rand(batch, 1, device=device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        return _training_step(model, optimizer, lambda: F.binary_cross_entropy_with_logits(
+            model(dense, indices, offsets), label))
+    raise SystemExit(f"unknown model {name!r}")
+
+
+# -- the protocol ----------------------------------------------------------------------------
+def _child(args: List[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True,
+                          text=True)
+
+
+def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
+    run = _child(["param_compute.run_benchmark", "-c", str(spec), "--replay-step",
+                  "--num-threads", "1", "-w", str(options.warmup), "-i", str(options.iters),
+                  "-d", options.device, "--output", str(results), "--no-progress",
+                  "--no-throughput", "--max-memory", "none"])
+    if run.returncode not in (0, 1) or not results.exists():
+        raise SystemExit(f"run_benchmark failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    totals = _child(["param_compute.workload_totals", "--json", str(results)])
+    if totals.returncode != 0:
+        raise SystemExit(f"workload_totals failed:\n{totals.stderr[-3000:]}")
+    return json.loads(totals.stdout)
+
+
+def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
+    torch.set_num_threads(1)
+    step = build(name, options.quick, options.device)
+    started = time.perf_counter()
+    workload = capture_run(step, warmup=2, steps=1, source=f"bench {name}",
+                           repeats=options.real_steps)
+    spec = workdir / f"{name}.json"
+    workload.write(spec)
+    capture_s = time.perf_counter() - started
+    reps = []
+    for rep in range(options.reps):
+        real = statistics.median(time_step(step, options.real_steps)) / 1e3
+        in_place: Dict[str, float] = {}
+        for func, times in time_ops_in_place(step, 1, passes=3).items():
+            namespace, base = func.split(".")[:2]
+            op = f"{namespace}::{base}"
+            in_place[op] = in_place.get(op, 0.0) + sum(times) / 1e3
+        ledger = replay_once(spec, workdir / f"{name}_{rep}.json", options)
+        ledger["in_place"] = in_place
+        reps.append((real, ledger))
+        print(f"  {name} rep {rep + 1}: real {real:.2f} ms, in-step {ledger['in_step_ms']:.2f}"
+              f" ms, isolated {ledger['isolated_ms']:.2f} ms", flush=True)
+    return {"name": name, "capture_s": capture_s, "reps": reps}
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
+    reps = result["reps"]
+    real = _median([r for r, _ in reps])
+    in_step = _median([ledger["in_step_ms"] for _, ledger in reps])
+    ratios = [ledger["in_step_ms"] / r for r, ledger in reps if ledger["in_step_ms"]]
+    ledger = reps[-1][1]
+    ops: Dict[str, Dict[str, List[float]]] = {}
+    for _, rep_ledger in reps:
+        for row in rep_ledger["ops"]:
+            entry = ops.setdefault(row["op"], {"original": [], "in_step": [], "isolated": []})
+            for key, field in (("in_step", "in_step_ms"), ("isolated", "isolated_ms")):
+                if row[field] is not None:
+                    entry[key].append(row[field])
+        for op, original in rep_ledger["in_place"].items():  # timed in place beside the replay
+            ops.setdefault(op, {"original": [], "in_step": [], "isolated": []})[
+                "original"].append(original)
+    checked, misses = [], []
+    for op, entry in ops.items():
+        original = _median(entry["original"])
+        if original is None or original < 0.02 * real:
+            continue
+        step_ms = _median(entry["in_step"])
+        ratio = step_ms / original if step_ms else None
+        row = (op, original, step_ms, _median(entry["isolated"]), ratio)
+        checked.append(row)
+        if ratio is None or abs(ratio - 1) > options.op_tolerance:
+            misses.append(row)
+    ratio = _median(ratios)
+    in_place = _median([sum(l["in_place"].values()) for _, l in reps])
+    return {"name": result["name"], "real": real, "in_step": in_step, "ratio": ratio,
+            "in_place": in_place,
+            "ratios": ratios, "isolated": _median([l["isolated_ms"] for _, l in reps]),
+            "original": ledger["original_ms"], "covered": ledger["covered_fraction"],
+            "checked": checked, "misses": misses,
+            "step_ok": ratio is not None and abs(ratio - 1) <= options.step_tolerance,
+            "ledger": ledger}
+
+
+def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
+    def fmt(value, spec=".2f"):
+        return format(value, spec) if value is not None else "-"
+
+    print("\n| model | real step (ms) | ops timed in place (ms) | in-step replay (ms) | "
+          "in-step / real (reps) | isolated Σ median×count (ms) | original op time at capture "
+          f"(ms) | covered | ops >2% within ±{int(100 * options.op_tolerance)}% |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for v in verdicts:
+        reps = ", ".join(f"{r:.2f}" for r in v["ratios"])
+        print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_place'])} | {fmt(v['in_step'])} | "
+              f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | "
+              f"{fmt(v['isolated'])} | {fmt(v['original'])} | "
+              f"{fmt(100 * v['covered'] if v['covered'] is not None else None, '.1f')}% | "
+              f"{len(v['checked']) - len(v['misses'])} of {len(v['checked'])} |")
+    for v in verdicts:
+        if not v["checked"]:
+            continue
+        print(f"\n{v['name']}: ops above 2% of the step (median over repetitions; original: "
+              "timed in place beside each replay; reason from the last ledger)")
+        print("| op | original ms | in-step ms | isolated ms | in-step / original | reason |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        reasons = {row["op"]: row["reason"] for row in v["ledger"]["ops"]}
+        for op, original, step_ms, isolated, ratio in sorted(v["checked"],
+                                                              key=lambda r: -r[1]):
+            miss = " MISS" if (op, original, step_ms, isolated, ratio) in v["misses"] else ""
+            print(f"| {op} | {original:.2f} | {fmt(step_ms)} | {fmt(isolated)} | "
+                  f"{fmt(ratio)}{miss} | {reasons.get(op, '')} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="resnet18,gpt2,lstm,dlrm")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--real-steps", type=int, default=5)
+    parser.add_argument("-w", "--warmup", type=int, default=2)
+    parser.add_argument("-i", "--iters", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--step-tolerance", type=float, default=0.10)
+    parser.add_argument("--op-tolerance", type=float, default=0.25)
+    parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
+    options = parser.parse_args()
+    verdicts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = options.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for name in options.models.split(","):
+            print(f"{name}: capturing and replaying", flush=True)
+            verdicts.append(judge(measure_model(name, options, workdir), options))
+    print_tables(verdicts, options)
+    missed = [v["name"] for v in verdicts if not v["step_ok"] or v["misses"]]
+    print(f"\n{torch.__version__}, device {options.device}, 1 thread; "
+          + (f"MISSED: {', '.join(missed)}" if missed else "all targets met"))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

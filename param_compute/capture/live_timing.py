@@ -1,0 +1,124 @@
+"""The original of a live capture, timed honestly: the step unprofiled, each op in place.
+
+``capture --run`` sets the replay beside the step it captured. A profiler's per-call cost
+would inflate that original (a view that takes 2 µs reads 20 to 60 under Kineto), so the step
+is timed twice without one: whole, with nothing attached (``time_step``: the real step's
+wall time), and op by op with a dispatch mode that only reads the clock around each call
+(``time_ops_in_place``: the mode's own Python cost falls outside the timed region, between
+calls). The capture itself then runs once more and takes those times as ``original_us``.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections import defaultdict
+from typing import Any, Callable, Dict, List
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class CallTimer(TorchDispatchMode):
+    """Times each aten call made while active (ns, in order): nothing else is done per call.
+
+    With ``events`` (a CUDA step), a CUDA event pair around each call instead: the device
+    time between them, read after the step (``resolve``)."""
+
+    def __init__(self, events: bool = False):
+        super().__init__()
+        self.calls: List[Any] = []
+        self.events = events
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.events:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                enable_timing=True)
+            start.record()
+            out = func(*args, **(kwargs or {}))
+            end.record()
+            self.calls.append((func, (start, end)))
+            return out
+        clock = time.perf_counter_ns
+        start = clock()
+        out = func(*args, **(kwargs or {}))
+        self.calls.append((func, clock() - start))
+        return out
+
+    def resolve(self) -> List[Any]:
+        """(func, ns) per call, event pairs read (after synchronizing) where used."""
+        if not self.events:
+            return self.calls
+        import torch
+
+        torch.cuda.synchronize()
+        return [(func, pair[0].elapsed_time(pair[1]) * 1e6) for func, pair in self.calls]
+
+
+def time_step(function: Callable[[], object], repeats: int) -> List[float]:
+    """The step's wall time in µs, ``repeats`` times, unprofiled (the collector paused, as
+    the replay pauses it; on CUDA, synchronized before and after)."""
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() \
+        else (lambda: None)
+    out = []
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter_ns()
+            function()
+            sync()
+            out.append((time.perf_counter_ns() - start) / 1e3)
+    finally:
+        if enabled:
+            gc.enable()
+    return out
+
+
+def time_ops_in_place(function: Callable[[], object], steps: int = 1,
+                      passes: int = 3) -> Dict[str, List[float]]:
+    """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order: per
+    call, the median over ``passes`` timed passes (one preempted call is not the op's time).
+
+    One pass runs under the timer first, untimed: the first call of each op under a dispatch
+    mode pays one-time set-up (milliseconds) that the step never pays. A step on CUDA is timed
+    with CUDA event pairs (device time), like the step replay's per-call clock there."""
+    import torch
+
+    events = torch.cuda.is_available() and torch.cuda.is_initialized()
+    runs: List[Dict[str, List[float]]] = []
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for index in range(max(1, passes) + 1):
+            times: Dict[str, List[float]] = defaultdict(list)
+            for _ in range(steps):
+                timer = CallTimer(events)
+                with timer:
+                    function()
+                for func, elapsed in timer.resolve():
+                    times[str(func)].append(elapsed / 1e3)
+            if index:
+                runs.append(times)
+    finally:
+        if enabled:
+            gc.enable()
+    out: Dict[str, List[float]] = {}
+    for name, first in runs[0].items():
+        samples = [run.get(name, []) for run in runs]
+        if all(len(s) == len(first) for s in samples):
+            out[name] = [statistics.median(values) for values in zip(*samples)]
+        else:  # the passes ran different calls: the first pass alone
+            out[name] = first
+    return out
+
+
+def median(values: List[float]) -> float:
+    return statistics.median(values) if values else 0.0

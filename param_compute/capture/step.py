@@ -1,0 +1,95 @@
+"""The step's dataflow at capture: which earlier call produced each tensor a call reads.
+
+Both capture paths hand every call (captured or not) to ``StepRecorder.call`` with its tensor
+inputs and outputs, each named by its place (``step_file`` paths) and by two keys: an exact
+one (the tensor itself: a trace's tensor id, a live tensor's object) and a layout one (its
+storage, offset, shape, strides, dtype). An input is fed by the latest call that produced a
+tensor with the same exact key, else the same layout key (a saved tensor unpacked for the
+backward pass is a new tensor object over the same memory); else it is an external tensor
+(a parameter, the batch, an output of a call that was not captured), shared by every call that
+reads it. Calls that were not captured produce nothing a replay can feed: their outputs'
+keys are forgotten, so a consumer gets a generated tensor rather than a stale one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
+
+from param_compute.capture.step_file import step_path, write_step_file
+
+#: (argument path, exact key, layout key) of one tensor input or output.
+TensorSlot = Tuple[List[Any], Hashable, Hashable]
+
+
+class StepRecorder:
+    """A step's captured calls in order, each with the config it ran and its dataflow."""
+
+    def __init__(self):
+        self.calls: List[Dict[str, Any]] = []
+        self._produced: Dict[Hashable, Tuple[int, List[int]]] = {}
+        self._external: Dict[Hashable, int] = {}
+        self.externals = 0
+        self.real_step_us: Optional[float] = None
+
+    def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
+             outputs: Sequence[TensorSlot], original_us: Optional[float] = None) -> None:
+        """One call of the step, in order; ``config`` is None for a call not captured."""
+        if config is None:
+            for _, exact, layout in outputs:
+                self._produced.pop(exact, None)
+                self._produced.pop(layout, None)
+                self._external.pop(exact, None)
+                self._external.pop(layout, None)
+            return
+        index = len(self.calls)
+        fed, ext = [], []
+        for path, exact, layout in inputs:
+            producer = self._produced.get(exact) or self._produced.get(layout)
+            if producer is not None:
+                fed.append([list(path), producer[0], list(producer[1])])
+                continue
+            number = self._external.get(exact, self._external.get(layout))
+            if number is None:
+                number = self.externals
+                self.externals += 1
+            self._external[exact] = self._external[layout] = number
+            ext.append([list(path), number])
+        for path, exact, layout in outputs:
+            self._produced[exact] = self._produced[layout] = (index, list(path))
+            self._external.pop(exact, None)
+            self._external.pop(layout, None)
+        entry: Dict[str, Any] = {"config": config, "in": fed, "ext": ext}
+        if original_us is not None:
+            entry["original_us"] = round(float(original_us), 3)
+        self.calls.append(entry)
+
+    def to_json(self, run_keys: Dict[Tuple[str, str, str], str], spec_name: str,
+                source: str, original: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The step file's body; ``run_keys`` maps each call's config to its run key."""
+        calls = []
+        for entry in self.calls:
+            call = {"run": run_keys[entry["config"]]}
+            if entry["in"]:
+                call["in"] = entry["in"]
+            if entry["ext"]:
+                call["ext"] = entry["ext"]
+            if "original_us" in entry:
+                call["original_us"] = entry["original_us"]
+            calls.append(call)
+        body: Dict[str, Any] = {"spec": spec_name, "source": source,
+                                "externals": self.externals, "calls": calls}
+        if self.real_step_us is not None:
+            body["real_step_us"] = round(self.real_step_us, 1)
+        if original:
+            body["original"] = original
+        return body
+
+    def write(self, spec_path, run_keys, source: str,
+              original: Optional[Dict[str, Any]] = None):
+        """Write ``NAME.step.json`` beside the spec."""
+        return write_step_file(step_path(spec_path),
+                               self.to_json(run_keys, spec_path.name, source, original))
+
+    @property
+    def fed_inputs(self) -> int:
+        return sum(len(entry["in"]) for entry in self.calls)

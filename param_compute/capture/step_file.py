@@ -1,0 +1,219 @@
+"""The step file (``NAME.step.json``): a captured step's calls in order, with their dataflow.
+
+A captured spec folds a step's calls into configs with counts; the step file keeps what the
+folding loses, so that ``run_benchmark --replay-step`` can replay the step as a whole: which
+config each call ran, in which order, and which earlier call produced each tensor it read.
+Torch-free; written by the capture, read (as untrusted input) by the step replay.
+
+Format (``version`` 1)::
+
+    {"format": "param_compute.step", "version": 1, "spec": "NAME.json", "source": "...",
+     "externals": E,                      # tensors read but not produced in the step
+     "calls": [{"run": "aten::mm|0|0|2",  # the call's config: the spec's run key
+                "in": [[PATH, CALL, OUT], ...],   # inputs fed by earlier calls' outputs
+                "ext": [[PATH, X], ...],          # external tensor X (0 <= X < E), shared
+                "original_us": 12.5}, ...],       # optional: the call's time in the original
+     "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
+     "original": {...}}                   # optional: the original's totals (capture report)
+
+``PATH`` names a tensor among a call's arguments: ``[i]`` (positional ``i``), ``[i, j]`` (item
+``j`` of the list at ``i``), ``["name"]`` / ``["name", j]`` for keyword arguments. ``OUT`` names
+one of a call's outputs: ``[k]`` (output ``k``; a single returned tensor is output 0) or
+``[k, j]`` (item ``j`` of a returned list). ``CALL`` is the index of an earlier call. Tensor
+arguments named in neither list are generated for that call alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from param_compute.errors import Problem, SpecError
+
+FORMAT = "param_compute.step"
+VERSION = 1
+#: Bounds on an untrusted step file.
+MAX_STEP_BYTES = 256 * 2**20
+MAX_CALLS = 5_000_000
+MAX_EDGES_PER_CALL = 4096
+MAX_INDEX = 2**31
+MAX_NAME_CHARS = 128
+
+PathItem = Union[int, str]
+
+
+class StepFileError(SpecError):
+    """A step file that cannot be used: every problem, each at its JSON path."""
+
+    def render(self) -> str:
+        count = len(self.problems)
+        head = f"{self.source}: invalid step file, {count} problem{'s' if count != 1 else ''}:"
+        return "\n".join([head] + ["  " + p.render(self.source) for p in self.problems])
+
+
+def step_path(spec_path: Path) -> Path:
+    """``NAME.json`` -> ``NAME.step.json`` beside it."""
+    spec_path = Path(spec_path)
+    name = spec_path.name[:-5] if spec_path.name.endswith(".json") else spec_path.name
+    return spec_path.with_name(f"{name}.step.json")
+
+
+def write_step_file(path: Path, data: Dict[str, Any]) -> Path:
+    from param_compute.results.outputs import write_new  # never through a planted link
+
+    path = Path(path)
+    body = {"format": FORMAT, "version": VERSION, **data}
+    write_new(path, json.dumps(body, separators=(",", ":")) + "\n")
+    return path
+
+
+def _read_bytes(path: Path) -> bytes:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise StepFileError(str(path), [Problem((), f"cannot open: {exc.strerror}")]) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise StepFileError(str(path), [Problem((), "not a regular file")])
+    with os.fdopen(fd, "rb") as stream:
+        if info.st_size > MAX_STEP_BYTES:
+            raise StepFileError(str(path), [Problem((), f"{info.st_size} bytes, over the "
+                                                    f"{MAX_STEP_BYTES} byte limit")])
+        raw = stream.read(MAX_STEP_BYTES + 1)
+    if len(raw) > MAX_STEP_BYTES:
+        raise StepFileError(str(path), [Problem((), f"over the {MAX_STEP_BYTES} byte limit")])
+    return raw
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_step_file(path: Path) -> Dict[str, Any]:
+    """Read and validate a step file; raise ``StepFileError`` naming the file and entry."""
+    path = Path(path)
+    raw = _read_bytes(path)
+    try:
+        data = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise StepFileError(str(path), [Problem((), f"not valid JSON: {exc}")]) from None
+    problems = validate_step(data)
+    if problems:
+        raise StepFileError(str(path), problems[:20] + (
+            [Problem((), f"... and {len(problems) - 20} more problems")]
+            if len(problems) > 20 else []))
+    return data
+
+
+def _is_index(value: Any, limit: int = MAX_INDEX) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit
+
+
+def _path_problem(value: Any, what: str) -> Optional[str]:
+    if not isinstance(value, list) or not 1 <= len(value) <= 2:
+        return f"{what} must be a list of one or two items"
+    head = value[0]
+    if not (_is_index(head) or (isinstance(head, str) and 0 < len(head) <= MAX_NAME_CHARS
+                                and head.isidentifier())):
+        return f"{what}[0] must be an argument index or a keyword name"
+    if len(value) == 2 and not _is_index(value[1]):
+        return f"{what}[1] must be a list index (an integer >= 0)"
+    return None
+
+
+def _out_problem(value: Any) -> Optional[str]:
+    if not isinstance(value, list) or not 1 <= len(value) <= 2 \
+            or not all(_is_index(v) for v in value):
+        return "the output must be a list of one or two integers >= 0"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 \
+        and value == value and value != float("inf")
+
+
+def validate_step(data: Any) -> List[Problem]:
+    """Every problem of a parsed step file (an empty list: it is valid)."""
+    if not isinstance(data, dict):
+        return [Problem((), "the step file must be a JSON object")]
+    problems: List[Problem] = []
+    if data.get("format") != FORMAT:
+        problems.append(Problem(("format",), f"must be {FORMAT!r}"))
+    if data.get("version") != VERSION:
+        problems.append(Problem(("version",), f"unsupported version {data.get('version')!r} "
+                                f"(this param_compute reads version {VERSION})"))
+    externals = data.get("externals", 0)
+    if not _is_index(externals, MAX_INDEX):
+        problems.append(Problem(("externals",), "must be an integer >= 0"))
+        externals = 0
+    for key in ("real_step_us",):
+        if key in data and data[key] is not None and not _number(data[key]):
+            problems.append(Problem((key,), "must be a finite number >= 0"))
+    if "original" in data and not isinstance(data["original"], dict):
+        problems.append(Problem(("original",), "must be an object"))
+    calls = data.get("calls")
+    if not isinstance(calls, list):
+        return problems + [Problem(("calls",), "must be a list of calls")]
+    if len(calls) > MAX_CALLS:
+        return problems + [Problem(("calls",), f"{len(calls)} calls, over the limit of "
+                                   f"{MAX_CALLS}")]
+    for index, call in enumerate(calls):
+        problems.extend(_call_problems(call, index, externals))
+        if len(problems) > 100:
+            break
+    return problems
+
+
+def _call_problems(call: Any, index: int, externals: int) -> List[Problem]:
+    where = ("calls", index)
+    if not isinstance(call, dict):
+        return [Problem(where, "a call must be an object")]
+    out: List[Problem] = []
+    run = call.get("run")
+    if not isinstance(run, str) or run.count("|") != 3 or len(run) > 1024:
+        out.append(Problem(where + ("run",), "must be a run key OP|CONFIG|BUILD|INPUT"))
+    if "original_us" in call and not _number(call["original_us"]):
+        out.append(Problem(where + ("original_us",), "must be a finite number >= 0"))
+    for field in ("in", "ext"):
+        edges = call.get(field, [])
+        if not isinstance(edges, list) or len(edges) > MAX_EDGES_PER_CALL:
+            out.append(Problem(where + (field,), f"must be a list of at most "
+                               f"{MAX_EDGES_PER_CALL} entries"))
+            continue
+        for j, edge in enumerate(edges):
+            at = where + (field, j)
+            size = 3 if field == "in" else 2
+            if not isinstance(edge, list) or len(edge) != size:
+                out.append(Problem(at, f"must be a list of {size} items"))
+                continue
+            problem = _path_problem(edge[0], "the argument path")
+            if problem:
+                out.append(Problem(at, problem))
+            if field == "in":
+                if not _is_index(edge[1], index):
+                    out.append(Problem(at, f"producer {edge[1]!r} is not an earlier call "
+                                       f"(0 to {index - 1})" if index else
+                                       "the first call cannot read an earlier call's output"))
+                problem = _out_problem(edge[2])
+                if problem:
+                    out.append(Problem(at, problem))
+            elif not _is_index(edge[1], externals):
+                out.append(Problem(at, f"external {edge[1]!r} is not one of the "
+                                   f"{externals} externals"))
+    return out
+
+
+def split_run_key(run: str) -> Tuple[str, str]:
+    """``"aten::mm|0|0|2"`` -> (``"aten::mm"``, ``"0|0|2"``): the op and the record id."""
+    op, _, run_id = run.partition("|")
+    return op, run_id
+
+
+def path_text(path: Sequence[PathItem]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)

@@ -1,0 +1,261 @@
+"""The fidelity ledger: which numbers of a captured workload's replay predict production.
+
+Per op and for the step: the original (the captured run's op time: Kineto with the
+profiler's per-call cost subtracted, or each op timed in place by ``capture --run``), the
+in-step replay (``--replay-step``: the step replayed in order, outputs fed to consumers), the
+isolated replay (Σ median × count) and the real step when the capture timed it. Where two
+of them differ by more than ``AGREE`` a one-word reason says why, as a hint from the op and
+the direction of the gap:
+
+* ``missing``: not captured, or failed in the replay (no replay time at all);
+* ``profiler``: the original comes from a profiler trace and reads longer than the replay
+  (its per-call cost; small calls above all);
+* ``data``: an op whose time depends on index or integer data (embedding, gather, pooling
+  indices, losses over targets): generated data differ from the real ones;
+* ``allocation``: slower in the step than isolated, and the op makes a fresh output (first
+  touch of new memory, which a hot isolated loop reuses);
+* ``cache``: any other gap between in-step and isolated or original (inputs written long
+  before in the step, hot and alone in isolation).
+
+Torch-free: it reads the results file's records and its ``step_replay`` line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+#: Ratios within 1/AGREE .. AGREE count as agreeing.
+AGREE = 1.25
+#: Op name parts whose time depends on the values of index or integer data.
+DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "nll_loss",
+            "unique", "bincount", "one_hot", "sort", "topk", "ctc")
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def _differs(ratio: Optional[float]) -> bool:
+    return ratio is not None and not 1 / AGREE <= ratio <= AGREE
+
+
+def _data_op(op: str) -> bool:
+    base = op.split("::", 1)[-1]
+    return any(part in base for part in DATA_OPS)
+
+
+def reason(op: str, original: Optional[float], in_step: Optional[float],
+           isolated: Optional[float], profiled: bool) -> str:
+    """The one-word reason for the largest gap of an op's row ('' where they agree)."""
+    replay = in_step if in_step is not None else isolated
+    if not replay:
+        return "missing" if original else ""
+    gaps: List[Tuple[float, str]] = []
+    to_original = _ratio(replay, original)
+    if _differs(to_original):
+        if _data_op(op):
+            why = "data"
+        else:
+            why = "profiler" if profiled and to_original < 1 else "cache"
+        gaps.append((abs(math.log(to_original)), why))
+    isolated_to_step = _ratio(isolated, in_step)
+    if _differs(isolated_to_step):
+        if _data_op(op):
+            why = "data"
+        elif isolated_to_step < 1 and not op.endswith("_"):
+            why = "allocation"
+        else:
+            why = "cache"
+        gaps.append((abs(math.log(isolated_to_step)), why))
+    return max(gaps)[1] if gaps else ""
+
+
+def _step_line(extras: Iterable[Tuple[int, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+    found = None
+    for _, value in extras:
+        if isinstance(value, dict) and isinstance(value.get("step_replay"), dict):
+            found = value["step_replay"]
+    return found
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _original_side(original_us: Any, device_side: bool) -> Optional[float]:
+    if not isinstance(original_us, dict):
+        return None
+    if device_side and _number(original_us.get("device")):
+        return _number(original_us.get("device"))
+    return _number(original_us.get("cpu"))
+
+
+def build_ledger(records: Iterable[Dict[str, Any]],
+                 extras: Iterable[Tuple[int, Dict[str, Any]]] = (),
+                 run_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The ledger of a results file (its records, other lines and header's run options)."""
+    device_side = str((run_options or {}).get("device") or "cpu").startswith("cuda")
+    step = _step_line(extras) or {}
+    in_step_configs = step.get("configs") if isinstance(step.get("configs"), dict) else {}
+    ops: Dict[str, Dict[str, Any]] = {}
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        count = record.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            continue
+        op = str(record.get("op_name"))
+        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
+                                  "in_step_ms": None, "isolated_ms": None, "failed": 0})
+        row["configs"] += 1
+        row["calls"] += count
+        original = _original_side(record.get("original_us"), device_side)
+        if original is not None:
+            row["original_ms"] = (row["original_ms"] or 0.0) + original * count / 1e3
+        median = _number(((record.get("stats") or {}).get("forward") or {}).get("median"))
+        if record.get("status") == "ok" and median is not None:
+            row["isolated_ms"] = (row["isolated_ms"] or 0.0) + median * count
+        else:
+            row["failed"] += 1
+        in_step = in_step_configs.get(f"{op}|{record.get('id')}")
+        if isinstance(in_step, dict) and _number(in_step.get("in_step_us")) is not None:
+            calls = in_step.get("calls")
+            if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+                calls = count
+            row["in_step_ms"] = (row["in_step_ms"] or 0.0) + in_step["in_step_us"] * calls / 1e3
+    original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
+    how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
+    # Originals come from a profiler trace unless the capture timed them live.
+    profiled = "live timing" not in str(how.get("file", ""))
+    missing = []
+    for item in original_info.get("not_captured") or []:
+        if not isinstance(item, dict):
+            continue
+        original = _original_side(item.get("original_us"), device_side)
+        missing.append({"op": str(item.get("op")), "calls": item.get("calls"),
+                        "original_ms": original / 1e3 if original is not None else None})
+    rows = list(ops.values())
+    for item in missing:
+        if item["op"] in ops or not item["original_ms"]:
+            continue
+        rows.append({"op": item["op"], "configs": 0, "calls": item["calls"] or 0,
+                     "original_ms": item["original_ms"], "in_step_ms": None,
+                     "isolated_ms": None, "failed": 0})
+    for row in rows:
+        row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
+        row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
+        row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
+        row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
+                               row["isolated_ms"], profiled)
+    rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
+                                 r["isolated_ms"] or 0))
+    return _totals(rows, step, original_info, missing, device_side)
+
+
+def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
+    def total(key: str) -> Optional[float]:
+        values = [r[key] for r in rows if r[key] is not None]
+        return sum(values) if values else None
+
+    stats = step.get("stats") if isinstance(step.get("stats"), dict) else {}
+    recorded = original_info.get("total_us") if isinstance(original_info.get("total_us"),
+                                                            dict) else {}
+    side = "device" if device_side and _number(recorded.get("device")) else "cpu"
+    whole = _number((original_info.get("total_us") or {}).get(side)) \
+        if isinstance(original_info.get("total_us"), dict) else None
+    captured = _number((original_info.get("captured_us") or {}).get(side)) \
+        if isinstance(original_info.get("captured_us"), dict) else None
+    original_ms = whole / 1e3 if whole else total("original_ms")
+    captured_ms = captured / 1e3 if captured is not None else \
+        sum(r["original_ms"] or 0 for r in rows if r["configs"])
+    return {
+        "in_step_ms": _number(stats.get("median")),
+        "in_step_ops_ms": total("in_step_ms"),
+        "isolated_ms": total("isolated_ms"),
+        "original_ms": original_ms,
+        "original_captured_ms": captured_ms if original_ms else None,
+        "real_step_ms": _number(step.get("real_step_us")) / 1e3
+        if _number(step.get("real_step_us")) else None,
+        "covered_fraction": captured_ms / original_ms if original_ms else None,
+        "original_side": side,
+        "step_replay": {key: step.get(key) for key in ("calls", "replayed_calls", "iterations",
+                                                       "fed_inputs", "dataflow_mismatches",
+                                                       "failed_calls", "error")
+                        if key in step} or None,
+        "not_captured": missing,
+        "ops": rows,
+    }
+
+
+def _ms(value: Optional[float]) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
+def _x(value: Optional[float]) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def format_ledger(ledger: Dict[str, Any]) -> str:
+    """The ledger as plain text: the step totals, then one row per op."""
+    lines = ["fidelity ledger (ms per step):"]
+    for label, key in (("real step (unprofiled)", "real_step_ms"),
+                       ("in-step replay", "in_step_ms"),
+                       ("in-step replay, sum of ops", "in_step_ops_ms"),
+                       ("isolated replay, Σ median × count", "isolated_ms"),
+                       (f"original op time ({ledger['original_side']})", "original_ms"),
+                       ("original op time captured", "original_captured_ms")):
+        lines.append(f"  {label:<36} {_ms(ledger[key]):>12}")
+    if ledger["covered_fraction"] is not None:
+        lines.append(f"  {'covered by the capture':<36} {100 * ledger['covered_fraction']:>11.1f}%")
+    if ledger["real_step_ms"] and ledger["in_step_ms"]:
+        lines.append(f"  {'in-step / real step':<36} "
+                     f"{ledger['in_step_ms'] / ledger['real_step_ms']:>11.2f}x")
+    header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
+              f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}  reason")
+    lines += ["", header, "-" * len(header)]
+    for row in ledger["ops"]:
+        lines.append(f"{row['op'][:36]:<36} {row['calls']:>6} {_ms(row['original_ms']):>10} "
+                     f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
+                     f"{_x(row['in_step_over_original']):>9} "
+                     f"{_x(row['isolated_over_original']):>9} "
+                     f"{_x(row['isolated_over_in_step']):>9}  {row['reason']}")
+    if ledger["not_captured"]:
+        lines.append("")
+        lines.append("not captured: " + ", ".join(
+            f"{m['op']} x{m['calls']}" + (f" ({m['original_ms']:.3f} ms)"
+                                         if m["original_ms"] else "")
+            for m in ledger["not_captured"][:12])
+            + (" ..." if len(ledger["not_captured"]) > 12 else ""))
+    return "\n".join(lines)
+
+
+def ledger_section(ledger: Dict[str, Any]) -> str:
+    """The HTML report's first section (empty when the results hold no captured workload)."""
+    from html import escape
+
+    if not ledger["ops"]:
+        return ""
+    totals = "".join(
+        f"<tr><td>{escape(label)}</td><td class=\"num\">{_ms(ledger[key])}</td></tr>"
+        for label, key in (("real step (unprofiled)", "real_step_ms"),
+                           ("in-step replay", "in_step_ms"),
+                           ("isolated replay, Σ median × count", "isolated_ms"),
+                           ("original op time", "original_ms"),
+                           ("original op time captured", "original_captured_ms")))
+    head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
+            "isolated / original", "isolated / in-step", "reason")
+    body = "".join(
+        f"<tr><td>{escape(row['op'])}</td><td class=\"num\">{row['calls']}</td>"
+        + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
+            _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
+            _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),
+            _x(row["isolated_over_in_step"])))
+        + f"<td>{escape(row['reason'])}</td></tr>" for row in ledger["ops"])
+    return ("<h2>Fidelity ledger: which numbers predict production</h2>"
+            "<p class=\"note\">ms per step; a reason names the likely cause where two numbers "
+            f"differ by more than {int(100 * (AGREE - 1))}%.</p>"
+            f"<table><tbody>{totals}</tbody></table><table><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in head) + f"</tr></thead><tbody>{body}"
+            "</tbody></table>")

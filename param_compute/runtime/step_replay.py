@@ -1,0 +1,350 @@
+"""``run_benchmark --replay-step``: the captured step replayed as a whole, in order.
+
+Isolated replay times each config alone, hot, on inputs it made itself. A step replay runs the
+step's calls (``NAME.step.json``, see ``capture.step_file``) in their captured order: each
+call's tensor inputs are the outputs of the earlier calls that produced them, so the step
+allocates where it allocated and reads what was written long before; only the step's external
+tensors (parameters, the batch, outputs of calls that were not captured) are generated, once,
+and shared by every call that reads them. A produced tensor is released after its last reader.
+
+Protocol: one checked pass (each fed tensor must have the shape and dtype its reader was
+captured with; a mismatch or a call that fails gets a generated tensor instead, and is
+counted), ``-w`` warm-up steps, then ``-i`` steps timed whole with nothing per call (the step
+time) alternating with ``-i`` steps with a clock around every call (each call's in-step time),
+extended like ``--min-time``. The record: the step's times, and per config the median over
+passes of its in-step time per call (``in_step_us``), beside the isolated records.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from param_compute.capture.step_file import path_text
+from param_compute.runtime.data import materialize, seed_for_run, seed_generators
+from param_compute.runtime.devices import open_device
+
+log = logging.getLogger("param_compute")
+
+#: Examples of mismatched dataflow edges and failed calls kept in the record.
+MAX_EXAMPLES = 20
+
+
+class _Slot:
+    """A placeholder for a fed tensor while a call's arguments are bound."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+@dataclass
+class _Call:
+    run_key: str
+    func: Any
+    args: List[Any]
+    kwargs: Dict[str, Any]
+    #: (container, key, value slot, expected (shape, dtype), arg path) for each fed input.
+    fills: List[Tuple[Any, Any, int, Tuple, List[Any]]] = field(default_factory=list)
+    outs: List[Tuple[List[int], int]] = field(default_factory=list)  # (output path, slot)
+    frees: List[int] = field(default_factory=list)
+    failed: Optional[str] = None
+
+
+def _get(value: Any, path: Sequence[Any]) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def _set(container: Any, path: Sequence[Any], value: Any) -> None:
+    for part in path[:-1]:
+        container = container[part]
+    container[path[-1]] = value
+
+
+def _arg_value(args: List[Any], kwargs: Dict[str, Any], path: Sequence[Any]) -> Any:
+    head = path[0]
+    root = args[head] if isinstance(head, int) else kwargs[head]
+    return _get(root, path[1:])
+
+
+def _set_arg(args: List[Any], kwargs: Dict[str, Any], path: Sequence[Any], value: Any) -> None:
+    if len(path) == 1:
+        if isinstance(path[0], int):
+            args[path[0]] = value
+        else:
+            kwargs[path[0]] = value
+        return
+    container = args[path[0]] if isinstance(path[0], int) else kwargs[path[0]]
+    _set(container, path[1:], value)
+
+
+def _tensor_spec(config_input: Dict[str, Any], path: Sequence[Any]) -> Optional[Dict[str, Any]]:
+    """The data spec of the tensor at ``path`` in a config's input."""
+    head = path[0]
+    spec = (config_input.get("args") or [None] * (head + 1))[head] if isinstance(head, int) \
+        else (config_input.get("kwargs") or {}).get(head)
+    for part in path[1:]:
+        if not isinstance(spec, dict) or spec.get("type") not in ("genericlist", "tuple"):
+            return None
+        items = spec.get("value") or []
+        spec = items[part] if part < len(items) else None
+    return spec if isinstance(spec, dict) and spec.get("type") == "tensor" else None
+
+
+def _locate(bound_args: List[Any], bound_kwargs: Dict[str, Any]):
+    """(container, key, slot) of every placeholder in bound arguments (one list level deep)."""
+    found = []
+    for container, keys in ((bound_args, range(len(bound_args))), (bound_kwargs,
+                                                                   list(bound_kwargs))):
+        for key in keys:
+            value = container[key]
+            if isinstance(value, _Slot):
+                found.append((container, key, value.index))
+            elif isinstance(value, list):
+                found.extend((value, j, item.index) for j, item in enumerate(value)
+                             if isinstance(item, _Slot))
+    return found
+
+
+def _output(result: Any, path: Sequence[int]) -> Any:
+    outputs = result if isinstance(result, tuple) else (result,)
+    value = outputs[path[0]] if path[0] < len(outputs) else None
+    if len(path) == 2:
+        value = value[path[1]] if isinstance(value, (list, tuple)) and path[1] < len(value) \
+            else None
+    return value
+
+
+class StepReplay:
+    """A step file's calls, bound to built operators and generated external tensors."""
+
+    def __init__(self, step: Dict[str, Any], runs: Dict[str, Any], spec, context):
+        """``runs``: run key -> ``PlannedRun`` for every key the step names."""
+        self.step = step
+        self.options = options = context.options
+        self.spec = spec
+        self.context = context
+        torch.set_num_threads(options.num_threads)
+        self.device = open_device(options.device, flush_l2=False)
+        self.clock = self.device.clock
+        self.calls: List[_Call] = []
+        self.values: List[Any] = []
+        self.externals: Dict[int, Any] = {}
+        self.mismatches: List[str] = []
+        self.mismatch_count = 0
+        self.last_output: Any = None
+        self._operators: Dict[Any, Any] = {}
+        self._generators: Dict[str, Any] = {}
+        self._build(runs)
+
+    # -- building ----------------------------------------------------------------------------
+    def _generator(self, name: str):
+        if name not in self._generators:
+            self._generators[name] = self.context.data_generators[name]()
+        return self._generators[name]
+
+    def _operator(self, run):
+        op = self._operators.get(run.build_key)
+        if op is None:
+            op = self.context.operator_factory(run.op_name)()
+            op.device = self.options.device
+            if run.build:
+                op_spec = self.spec.operators[run.op_index]
+                seed_generators(seed_for_run(self.options.seed, f"{run.key}|build"),
+                                self.options.device)
+                args, kwargs = self._generator(op_spec.build_data_generator).get_data(
+                    run.build, self.options.device)
+                op.build(*args, **kwargs)
+            self._operators[run.build_key] = op
+        return op
+
+    def _build(self, runs: Dict[str, Any]) -> None:
+        self._runs = runs
+        entries = self.step["calls"]
+        slots: Dict[Tuple[int, Tuple[int, ...]], int] = {}
+        last_use: Dict[int, int] = {}
+        for index, entry in enumerate(entries):
+            for _, producer, out in entry.get("in", []):
+                slot = slots.setdefault((producer, tuple(out)), len(slots))
+                last_use[slot] = index
+        self.values = [None] * len(slots)
+        frees: Dict[int, List[int]] = {}
+        for slot, index in last_use.items():
+            frees.setdefault(index, []).append(slot)
+        outs_of: Dict[int, List[Tuple[List[int], int]]] = {}
+        for (producer, out), slot in slots.items():
+            outs_of.setdefault(producer, []).append((list(out), slot))
+        for index, entry in enumerate(entries):
+            call = self._bind_call(index, entry, runs[entry["run"]], slots)
+            call.outs = outs_of.get(index, [])
+            call.frees = frees.get(index, [])
+            self.calls.append(call)
+
+    def _bind_call(self, index: int, entry: Dict[str, Any], run, slots) -> _Call:
+        op_spec = self.spec.operators[run.op_index]
+        seed_generators(seed_for_run(self.options.seed, run.key), self.options.device)
+        try:
+            op = self._operator(run)
+            args, kwargs = self._generator(op_spec.input_data_generator).get_data(
+                run.input, self.options.device)
+        except Exception as exc:  # the call cannot be made: its readers get generated data
+            return _Call(run.key, None, [], {}, failed=f"{type(exc).__name__}: {exc}")
+        args = list(args)
+        expected = {}
+        for path, producer, out in entry.get("in", []):
+            try:
+                current = _arg_value(args, kwargs, path)
+            except (IndexError, KeyError, TypeError):
+                self._mismatch(index, run.key, path, "no tensor argument at this path")
+                continue
+            if not isinstance(current, torch.Tensor):
+                self._mismatch(index, run.key, path, "no tensor argument at this path")
+                continue
+            slot = slots[(producer, tuple(out))]
+            try:
+                _set_arg(args, kwargs, path, _Slot(slot))
+            except TypeError:  # inside a tuple: the call keeps its generated tensor
+                self._mismatch(index, run.key, path, "the argument cannot be fed (a tuple)")
+                continue
+            expected[slot] = (tuple(current.shape), current.dtype, path)
+        for path, number in entry.get("ext", []):
+            try:
+                current = _arg_value(args, kwargs, path)
+            except (IndexError, KeyError, TypeError):
+                continue
+            if not isinstance(current, torch.Tensor):
+                continue
+            shared = self.externals.get(number)
+            if shared is None or shared.shape != current.shape or shared.dtype != current.dtype:
+                self.externals.setdefault(number, current)  # the first reader's tensor
+                continue
+            try:
+                _set_arg(args, kwargs, path, shared)
+            except TypeError:  # inside a tuple: this reader keeps a tensor of its own
+                continue
+        bound = op.bind_forward(args, kwargs)
+        if isinstance(bound, functools.partial):
+            func, bound_args, bound_kwargs = bound.func, list(bound.args), dict(bound.keywords)
+        else:  # an operator whose bound call can't be taken apart: its forward, unbound
+            func, bound_args, bound_kwargs = op.forward, args, kwargs
+        call = _Call(run.key, func, bound_args, bound_kwargs)
+        for container, key, slot in _locate(bound_args, bound_kwargs):
+            shape, dtype, path = expected[slot]
+            call.fills.append((container, key, slot, (shape, dtype), path))
+        return call
+
+    def _mismatch(self, index: int, run_key: str, path, why: str) -> None:
+        self.mismatch_count += 1
+        if len(self.mismatches) < MAX_EXAMPLES:
+            self.mismatches.append(f"calls[{index}] {run_key} input {path_text(path)}: {why}")
+
+    # -- running -----------------------------------------------------------------------------
+    def checked_pass(self) -> None:
+        """One untimed pass that checks every fed tensor and every call; a fed tensor of the
+        wrong shape or dtype, or one a failed call did not produce, is replaced for good by a
+        generated tensor of the captured spec."""
+        values = self.values
+        for index, call in enumerate(self.calls):
+            if call.failed is None:
+                for fill in list(call.fills):
+                    container, key, slot, (shape, dtype), path = fill
+                    value = values[slot]
+                    if isinstance(value, torch.Tensor) and tuple(value.shape) == shape \
+                            and value.dtype == dtype:
+                        container[key] = value
+                        continue
+                    why = ("its producer failed or returned no tensor there"
+                           if not isinstance(value, torch.Tensor) else
+                           f"fed {list(value.shape)} {value.dtype}, captured {list(shape)} "
+                           f"{dtype}")
+                    self._mismatch(index, call.run_key, path, why)
+                    container[key] = self._generated(call.run_key, path)
+                    call.fills.remove(fill)
+                try:
+                    result = call.func(*call.args, **call.kwargs)
+                    for path, slot in call.outs:
+                        values[slot] = _output(result, path)
+                    if index == len(self.calls) - 1:
+                        self.last_output = result  # what the step ends with (checks, tests)
+                    del result
+                except Exception as exc:
+                    call.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                    log.warning("step replay: calls[%d] %s failed: %s", index, call.run_key,
+                                call.failed)
+            for slot in call.frees:
+                values[slot] = None
+            for container, key, *_ in call.fills:
+                container[key] = None
+        self.device.clock.synchronize()
+
+    def _generated(self, run_key: str, path) -> Any:
+        spec = _tensor_spec(self._runs[run_key].input, path)
+        if spec is None:
+            return None
+        return materialize(spec, self.options.device)
+
+    def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False) -> None:
+        """One step. ``times``: per call (by index), the host clock's ns around the call, or
+        with ``stamped`` the device clock's stamp after it (``run_step_timed`` reads them)."""
+        values = self.values
+        clock = self.clock.stamp if stamped else time.perf_counter_ns
+        for index, call in enumerate(self.calls):
+            if call.failed is not None:
+                continue
+            for container, key, slot, _, _ in call.fills:
+                container[key] = values[slot]
+            if times is None:
+                result = call.func(*call.args, **call.kwargs)
+            elif stamped:
+                result = call.func(*call.args, **call.kwargs)
+                times[index] = clock()
+            else:
+                start = clock()
+                result = call.func(*call.args, **call.kwargs)
+                times[index] = clock() - start
+            for path, slot in call.outs:
+                values[slot] = _output(result, path)
+            result = None
+            for slot in call.frees:
+                values[slot] = None
+            for container, key, *_ in call.fills:
+                container[key] = None
+
+    def run_step_timed(self, times: List[Any]) -> None:
+        """One step with each call timed into ``times`` (ns by call index): the host clock
+        around the call on CPU; on a device, its clock stamped between calls (events)."""
+        if getattr(self.clock, "name", "") == "host":
+            self.run_step(times)
+            return
+        if hasattr(self.clock, "reserve"):
+            self.clock.reserve(len(self.calls) + 1)
+        self.clock.synchronize()
+        first = self.clock.stamp()
+        self.run_step(times, stamped=True)
+        self.clock.synchronize()
+        previous = first
+        for index, call in enumerate(self.calls):
+            if call.failed is None:
+                mark, times[index] = times[index], self.clock.elapsed_ms(previous,
+                                                                         times[index]) * 1e6
+                previous = mark
+
+    def time_step(self) -> float:
+        """The whole step, ms (device clock)."""
+        clock = self.clock
+        if hasattr(clock, "reserve"):
+            clock.reserve(2)
+        clock.synchronize()
+        start = clock.stamp()
+        self.run_step()
+        end = clock.stamp()
+        clock.synchronize()
+        return clock.elapsed_ms(start, end)

@@ -1,0 +1,201 @@
+"""The step replay inside a run: find and check the step file, measure, write the step record.
+
+``run_benchmark -c SPEC --replay-step`` (or ``--step FILE``) adds a ``StepReplaySink``: the
+step file is read and checked against the spec before anything runs (a bad one is invalid
+input, exit 2); after the isolated runs it replays the step (``step_replay``) and writes one
+``{"step_replay": {...}}`` line into the results file, keyed by run key per config.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import statistics
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from param_compute.capture.step_file import (StepFileError, read_step_file, step_path)
+from param_compute.errors import Problem
+from param_compute.plan.runplan import plan_runs
+from param_compute.results.stats import summarize
+
+log = logging.getLogger("param_compute")
+
+
+def add_arguments(parser):
+    """``run_benchmark``'s step replay options; the parser."""
+    parser.add_argument("--replay-step", action="store_true",
+                        help="also replay the captured step as a whole, in order, outputs fed "
+                             "to their consumers (NAME.step.json beside the spec): the step's "
+                             "time and each config's in-step time go into a step_replay line")
+    parser.add_argument("--step", type=Path, metavar="FILE",
+                        help="the step file for --replay-step (implies it)")
+    return parser
+
+
+def step_sinks(args, spec, toolchain, options, writer) -> List["StepReplaySink"]:
+    """The step replay's sink when asked for (the step file read and checked now)."""
+    if not args.replay_step and args.step is None:
+        return []
+    return [StepReplaySink.load(args.config, args.step, spec, toolchain, options, writer)]
+
+
+def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
+    path = Path(step_file) if step_file is not None else step_path(Path(spec_path))
+    if not path.exists():
+        raise StepFileError(str(path), [Problem((), "no step file: capture writes it beside "
+                                                "the spec (NAME.step.json); name another "
+                                                "with --step FILE")])
+    return path
+
+
+def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str):
+    """run key -> ``PlannedRun`` for every run the step names; every key must be in the spec."""
+    wanted = {entry["run"] for entry in step["calls"]}
+    runs = {}
+    for run in plan_runs(spec, iterators, device):
+        if run.key in wanted:
+            runs[run.key] = run
+    problems = [Problem(("calls", index, "run"), f"{entry['run']!r} is no run of the spec")
+                for index, entry in enumerate(step["calls"]) if entry["run"] not in runs]
+    if problems:
+        raise StepFileError(source, problems[:20])
+    return runs
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def measure(replay, options) -> Dict[str, Any]:
+    """The protocol (see ``step_replay``): checked pass, warm-up, alternating step-timed and
+    call-timed passes, ``-i`` of each, extended to ``--min-time``."""
+    import time
+
+    replay.checked_pass()
+    for _ in range(options.warmup):
+        replay.run_step()
+    if options.warmup_time > 0:
+        end = time.perf_counter() + options.warmup_time
+        while time.perf_counter() < end:
+            replay.run_step()
+    host = getattr(replay.clock, "name", "") == "host"
+    step_ms: List[float] = []
+    passes: List[List[float]] = []
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        while True:
+            for _ in range(max(1, options.iteration)):
+                step_ms.append(replay.time_step())
+                times = [0] * len(replay.calls)
+                replay.run_step_timed(times)
+                passes.append(times)
+            if sum(step_ms) >= options.min_time * 1e3 or len(step_ms) >= options.max_iteration:
+                break
+    finally:
+        if collecting:
+            gc.enable()
+    per_config: Dict[str, List[int]] = {}
+    for index, call in enumerate(replay.calls):
+        if call.failed is None:
+            per_config.setdefault(call.run_key, []).append(index)
+    configs = {}
+    for key, indices in per_config.items():
+        per_pass = [sum(times[i] for i in indices) / len(indices) / 1e3 for times in passes]
+        configs[key] = {"in_step_us": round(_median(per_pass), 3), "calls": len(indices)}
+    failed = [{"call": i, "run": c.run_key, "error": c.failed}
+              for i, c in enumerate(replay.calls) if c.failed is not None]
+    per_call_ms = [sum(times) / 1e6 for times in passes]
+    return {"calls": len(replay.calls), "replayed_calls": len(replay.calls) - len(failed),
+            "externals": len(replay.externals), "fed_inputs": sum(len(c.fills)
+                                                                  for c in replay.calls),
+            "dataflow_mismatches": replay.mismatch_count, "mismatch_examples": replay.mismatches,
+            "failed_calls": len(failed), "failures": failed[:20],
+            "warmup": options.warmup, "iterations": len(step_ms),
+            "step_ms": [round(t, 4) for t in step_ms], "stats": summarize(step_ms),
+            "per_call_clock": "host perf_counter_ns around each call" if host
+            else f"{getattr(replay.clock, 'name', 'device')} stamps between calls",
+            "per_call_sum_ms": [round(t, 4) for t in per_call_ms], "configs": configs}
+
+
+class StepReplaySink:
+    """Replays the captured step after the isolated runs and writes its record."""
+
+    def __init__(self, step_file: Path, step: Dict[str, Any], runs, spec, toolchain, options,
+                 writer):
+        self.step_file = step_file
+        self.step = step
+        self.runs = runs
+        self.spec = spec
+        self.toolchain = toolchain
+        self.options = options
+        self.writer = writer
+        self.record: Optional[Dict[str, Any]] = None
+        self.note: Optional[str] = None
+
+    @classmethod
+    def load(cls, spec_path: Path, step_file: Optional[Path], spec, toolchain, options,
+             writer) -> "StepReplaySink":
+        """Find, read and check the step file (``StepFileError``: invalid input)."""
+        path = find_step_file(spec_path, step_file)
+        step = read_step_file(path)
+        runs = planned_runs(step, spec, toolchain.registries.config_iterators, options.device,
+                            str(path))
+        return cls(path, step, runs, spec, toolchain, options, writer)
+
+    def start(self, total) -> None:
+        return None
+
+    def run_done(self, run, record) -> None:
+        return None
+
+    def finish(self, summary) -> None:
+        return None
+
+    def end_runs(self, summary) -> None:
+        if summary.interrupted:
+            self.note = "step replay: not run (interrupted)"
+            return
+        if self.options.dry_run:
+            self.note = f"step replay: {len(self.step['calls'])} calls planned (dry run)"
+            return
+        from param_compute.runtime.step_replay import StepReplay
+
+        record: Dict[str, Any] = {"step_file": str(self.step_file),
+                                  "device": self.options.device,
+                                  "num_threads": self.options.num_threads}
+        try:
+            replay = StepReplay(self.step, self.runs, self.spec,
+                                self.toolchain.context(self.spec, self.options))
+            record.update(measure(replay, self.options))
+            del replay
+        except Exception as exc:  # a failed step replay is said, the isolated runs are kept
+            log.debug("step replay failed", exc_info=True)
+            record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
+            log.warning("step replay failed: %s", record["error"])
+        for key in ("real_step_us", "original"):
+            if self.step.get(key) is not None:
+                record[key] = self.step[key]
+        self.record = record
+        self.writer.write_line({"step_replay": record})
+
+    def summary_lines(self, summary) -> List[str]:
+        if self.note:
+            return [self.note]
+        record = self.record or {}
+        if "error" in record or not record.get("stats"):
+            return [f"step replay failed: {record.get('error', 'nothing measured')}"]
+        line = (f"step replay: {record['stats']['median']:.3f} ms per step (median of "
+                f"{record['iterations']}), {record['replayed_calls']} of {record['calls']} "
+                f"calls, {record['fed_inputs']} inputs fed by earlier calls")
+        if record.get("real_step_us"):
+            line += f"; real step {record['real_step_us'] / 1e3:.3f} ms"
+        extra = []
+        if record["dataflow_mismatches"]:
+            extra.append(f"{record['dataflow_mismatches']} fed inputs replaced by generated "
+                         "data (shape or dtype differed)")
+        if record["failed_calls"]:
+            extra.append(f"{record['failed_calls']} calls failed and were left out")
+        return [line] + [f"  {e}" for e in extra]

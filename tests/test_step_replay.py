@@ -1,0 +1,424 @@
+"""The step replay: the step file (format, hostile files), the dataflow a capture records, the
+replay of a captured step in order (outputs feed their consumers), ``--replay-step`` end to end,
+the fidelity ledger, and the profiler-cost calibration."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_cli
+from param_compute.capture.live import capture_ops
+from param_compute.capture.profiler_cost import calibrate, nested_counts
+from param_compute.capture.step import StepRecorder
+from param_compute.capture.step_file import (StepFileError, read_step_file, step_path,
+                                             validate_step, write_step_file)
+from param_compute.results.ledger import build_ledger, format_ledger, ledger_section
+
+
+def _capture(function, path: Path):
+    with capture_ops() as cap:
+        function()
+    cap.write(path)
+    return json.loads(step_path(path).read_text())
+
+
+def _mlp(x, w1, w2):
+    return torch.softmax(torch.relu(x @ w1) @ w2, dim=-1)
+
+
+# -- the step file ---------------------------------------------------------------------------
+def test_recorder_round_trips_through_the_step_file(tmp_path):
+    recorder = StepRecorder()
+    a, b = ("mm", "s", "k0"), ("relu", "s", "k1")
+    recorder.call(a, [([0], "x", "lx"), ([1], "w", "lw")], [([0], "y", "ly")], 3.5)
+    recorder.call(None, [([0], "y", "ly")], [([0], "z", "lz")])  # not captured
+    recorder.call(b, [([0], "y", "ly"), (["other", 1], "z", "lz")], [([0], "r", "lr")])
+    recorder.call(b, [([0], "x2", "lx")], [])  # same layout as x: the same external
+    keys = {a: "aten::mm|0|0|0", b: "aten::relu|0|0|1"}
+    path = recorder.write(tmp_path / "spec.json", keys, "test")
+    assert path == tmp_path / "spec.step.json"
+    data = read_step_file(path)
+    assert data["version"] == 1 and data["spec"] == "spec.json" and data["externals"] == 3
+    calls = data["calls"]
+    assert calls[0] == {"run": "aten::mm|0|0|0", "ext": [[[0], 0], [[1], 1]],
+                        "original_us": 3.5}
+    # fed by call 0's output 0; the uncaptured call's output is an external of its own
+    assert calls[1] == {"run": "aten::relu|0|0|1", "in": [[[0], 0, [0]]],
+                        "ext": [[["other", 1], 2]]}
+    assert calls[2] == {"run": "aten::relu|0|0|1", "ext": [[[0], 0]]}
+
+
+def _step(**changes):
+    data = {"format": "param_compute.step", "version": 1, "externals": 1,
+            "calls": [{"run": "aten::mm|0|0|0", "ext": [[[0], 0]]},
+                      {"run": "aten::relu|0|0|0", "in": [[[0], 0, [0]]]}]}
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("data, where, words", [
+    (_step(version=2), "version", "unsupported version 2"),
+    (_step(format="x"), "format", "must be 'param_compute.step'"),
+    (_step(calls={}), "calls", "must be a list"),
+    (_step(calls=[{"run": "aten::mm"}]), "calls[0].run", "run key"),
+    (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "in": [[[0], 1, [0]]]}]),
+     "calls[1].in[0]", "producer 1 is not an earlier call"),
+    (_step(calls=[{"run": "a|0|0|0", "in": [[[0], 0, [0]]]}]), "calls[0].in[0]",
+     "first call cannot read"),
+    (_step(calls=[{"run": "a|0|0|0", "ext": [[[0], 5]]}]), "calls[0].ext[0]",
+     "external 5 is not one of the 1"),
+    (_step(calls=[{"run": "a|0|0|0", "ext": [[["__class__()"], 0]]}]), "calls[0].ext[0]",
+     "argument index or a keyword name"),
+    (_step(calls=[{"run": "a|0|0|0", "ext": [[[-1], 0]]}]), "calls[0].ext[0]",
+     "argument index"),
+    (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "in": [[[0], 0, ["x"]]]}]),
+     "calls[1].in[0]", "output must be"),
+    (_step(calls=[{"run": "a|0|0|0", "original_us": -1}]), "calls[0].original_us", ">= 0"),
+    (_step(real_step_us="fast"), "real_step_us", "finite number"),
+    ([1, 2], "(top level)", "JSON object"),
+])
+def test_hostile_step_files_are_refused_naming_file_and_entry(tmp_path, data, where, words):
+    path = tmp_path / "bad.step.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StepFileError) as caught:
+        read_step_file(path)
+    text = str(caught.value)
+    assert f"{path}: {where}: " in text and words in text, text
+    assert "invalid step file" in text
+
+
+def test_unreadable_step_files_are_refused(tmp_path, monkeypatch):
+    bad_json = tmp_path / "a.step.json"
+    bad_json.write_text('{"format": NaN}')
+    with pytest.raises(StepFileError, match="not valid JSON"):
+        read_step_file(bad_json)
+    with pytest.raises(StepFileError, match="not a regular file"):
+        read_step_file(tmp_path)
+    fifo = tmp_path / "fifo.step.json"
+    os.mkfifo(fifo)
+    with pytest.raises(StepFileError, match="not a regular file"):
+        read_step_file(fifo)  # never blocks waiting for a writer
+    monkeypatch.setattr("param_compute.capture.step_file.MAX_STEP_BYTES", 10)
+    write_step_file(tmp_path / "big.step.json", {"calls": []})
+    with pytest.raises(StepFileError, match="byte limit"):
+        read_step_file(tmp_path / "big.step.json")
+    assert validate_step(_step()) == []
+
+
+# -- the dataflow a capture records ----------------------------------------------------------
+def test_live_capture_records_which_call_feeds_which_input(tmp_path):
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
+    data = _capture(lambda: _mlp(x, w1, w2), tmp_path / "mlp.json")
+    runs = [call["run"].split("|")[0] for call in data["calls"]]
+    assert runs == ["aten::mm", "aten::relu", "aten::mm", "aten::_softmax"]
+    first, relu, second, softmax = data["calls"]
+    assert first["ext"] == [[[0], 0], [[1], 1]] and "in" not in first
+    assert relu["in"] == [[[0], 0, [0]]]
+    assert second["in"] == [[[0], 1, [0]]] and second["ext"] == [[[1], 2]]
+    assert softmax["in"] == [[[0], 2, [0]]]
+    assert data["externals"] == 3
+    spec = json.loads((tmp_path / "mlp.json").read_text())
+    op, config, build, index = first["run"].split("|")
+    assert spec[op]["config"][int(config)]["input"][int(index)]["args"][1]["shape"] == [8, 16]
+
+
+def test_execution_trace_capture_records_the_dataflow(tmp_path):
+    from torch.profiler import ExecutionTraceObserver
+
+    from param_compute.capture.execution_trace import capture_execution_trace
+
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
+    trace = tmp_path / "et.json"
+    observer = ExecutionTraceObserver()
+    observer.register_callback(str(trace))
+    observer.start()
+    try:
+        _mlp(x, w1, w2)
+    finally:
+        observer.stop()
+        observer.unregister_callback()
+    capture_execution_trace(trace).write(tmp_path / "et_spec.json")
+    data = read_step_file(tmp_path / "et_spec.step.json")
+    by_op = {call["run"].split("|")[0]: call for call in data["calls"]}
+    assert by_op["aten::relu"]["in"][0][0] == [0]
+    producer = data["calls"][by_op["aten::relu"]["in"][0][1]]
+    assert producer["run"].startswith("aten::mm")
+    assert data["calls"].index(by_op["aten::_softmax"]) == len(data["calls"]) - 1
+    assert by_op["aten::_softmax"]["in"]
+
+
+# -- the replay ------------------------------------------------------------------------------
+def _replay(spec_path: Path, **options):
+    from param_compute.runtime.options import RunOptions
+    from param_compute.runtime.step_replay import StepReplay
+    from param_compute.runtime.step_session import planned_runs
+    from param_compute.runtime.toolchain import Toolchain
+
+    toolchain = Toolchain.start()
+    spec = toolchain.load(spec_path)
+    options = RunOptions(**options)
+    step = read_step_file(step_path(spec_path))
+    runs = planned_runs(step, spec, toolchain.registries.config_iterators, "cpu", "test")
+    return StepReplay(step, runs, spec, toolchain.context(spec, options))
+
+
+def test_replayed_step_feeds_outputs_to_consumers(tmp_path):
+    """With the step's external tensors set to the real inputs, the replayed step ends with the
+    real output: every intermediate went from its producer to its consumer."""
+    torch.manual_seed(1)
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
+    expected = _mlp(x, w1, w2)
+    _capture(lambda: _mlp(x, w1, w2), tmp_path / "mlp.json")
+    replay = _replay(tmp_path / "mlp.json")
+    assert sorted(replay.externals) == [0, 1, 2]
+    for number, real in enumerate((x, w1, w2)):
+        replay.externals[number].copy_(real)
+    replay.checked_pass()
+    assert replay.mismatch_count == 0
+    assert torch.allclose(replay.last_output, expected)
+    assert all(value is None for value in replay.values)  # each released after its last use
+    times = [0] * len(replay.calls)
+    replay.run_step_timed(times)
+    assert all(t > 0 for t in times) and replay.time_step() > 0
+
+
+def test_a_fed_tensor_of_the_wrong_shape_is_replaced_and_counted(tmp_path):
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    _capture(lambda: torch.relu(x @ w), tmp_path / "s.json")
+    data = json.loads((tmp_path / "s.step.json").read_text())
+    spec = json.loads((tmp_path / "s.json").read_text())
+    relu = spec["aten::relu"]["config"][0]["input"][0]
+    relu["args"][0]["shape"] = [4, 5]  # the consumer was captured with another shape
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    assert data["calls"][1]["in"]
+    replay = _replay(tmp_path / "s.json")
+    replay.checked_pass()
+    assert replay.mismatch_count == 1
+    assert "fed [4, 16] torch.float32, captured [4, 5]" in replay.mismatches[0]
+    assert replay.last_output.shape == (4, 5)  # ran on a generated tensor of its own spec
+
+
+def test_run_benchmark_replay_step_writes_a_step_record(tmp_path):
+    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
+    _capture(lambda: _mlp(x, w1, w2), tmp_path / "mlp.json")
+    out = tmp_path / "res.json"
+    result = run_cli("-c", tmp_path / "mlp.json", "--replay-step", "-w", "1", "-i", "3",
+                     "--output", out)
+    assert result.returncode == 0, result.stderr
+    said = result.stdout + result.stderr
+    assert "step replay:" in said and "4 of 4 calls" in said
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    step = [line["step_replay"] for line in lines if "step_replay" in line]
+    assert len(step) == 1 and lines[-1].get("finish_time")
+    step = step[0]
+    assert step["iterations"] == 3 and len(step["step_ms"]) == 3 and step["stats"]["median"] > 0
+    assert step["calls"] == 4 and step["fed_inputs"] == 3 and step["externals"] == 3
+    records = {f"{line['op_name']}|{line['id']}": line for line in lines if "op_name" in line}
+    assert set(step["configs"]) == set(records)  # every config has its in-step time
+    assert all(entry["in_step_us"] > 0 for entry in step["configs"].values())
+    ledger = run_cli("--json", out, module="param_compute.workload_totals")
+    assert ledger.returncode == 0, ledger.stderr
+    data = json.loads(ledger.stdout)
+    assert data["in_step_ms"] == pytest.approx(step["stats"]["median"])
+    assert {"in_step_ms", "isolated_ms", "original_ms", "covered_fraction", "real_step_ms",
+            "ops"} <= set(data)
+    assert {row["op"] for row in data["ops"]} == {"aten::mm", "aten::relu", "aten::_softmax"}
+
+
+def test_replay_step_refuses_a_missing_or_foreign_step_file(tmp_path):
+    x = torch.randn(4, 4)
+    _capture(lambda: torch.relu(x), tmp_path / "a.json")
+    out = tmp_path / "res.json"
+    missing = run_cli("-c", tmp_path / "a.json", "--step", tmp_path / "none.step.json",
+                      "--output", out)
+    assert missing.returncode == 2 and "no step file" in missing.stderr
+    foreign = tmp_path / "foreign.step.json"
+    foreign.write_text(json.dumps(_step(calls=[{"run": "aten::mm|0|0|7"}], externals=0)))
+    bad = run_cli("-c", tmp_path / "a.json", "--step", foreign, "--output", out)
+    assert bad.returncode == 2
+    assert f"{foreign}: calls[0].run: 'aten::mm|0|0|7' is no run of the spec" in bad.stderr
+    assert not out.exists()
+
+
+# -- the ledger ------------------------------------------------------------------------------
+def _record(op, run_id, median, count, original=None, status="ok"):
+    record = {"op_name": op, "id": run_id, "status": status, "count": count,
+              "stats": {"forward": {"median": median}} if median is not None else {}}
+    if original is not None:
+        record["original_us"] = {"cpu": original, "device": None}
+    return record
+
+
+def test_ledger_sets_original_in_step_and_isolated_side_by_side():
+    records = [_record("aten::mm", "0|0|0", 1.0, 4, original=1000.0),  # 4 ms isolated
+               _record("aten::mm", "0|0|1", 0.5, 2, original=500.0),   # 1 ms isolated
+               _record("aten::add", "0|0|0", 0.1, 10, original=200.0),
+               _record("aten::view", "0|0|0", 0.001, 100, original=30.0),
+               _record("aten::gather", "0|0|0", 0.2, 5, original=800.0),
+               {"run_options": {}}]  # not a record: ignored
+    step = {"step_replay": {
+        "stats": {"median": 9.0}, "real_step_us": 10000.0, "calls": 121,
+        "configs": {"aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 4},
+                    "aten::mm|0|0|1": {"in_step_us": 500.0, "calls": 2},
+                    "aten::add|0|0|0": {"in_step_us": 200.0, "calls": 10},
+                    "aten::view|0|0|0": {"in_step_us": 1.0, "calls": 100},
+                    "aten::gather|0|0|0": {"in_step_us": 200.0, "calls": 5}},
+        "original": {"total_us": {"cpu": 12000.0}, "captured_us": {"cpu": 10000.0},
+                     "not_captured": [{"op": "aten::_embedding_bag", "calls": 2,
+                                       "original_us": {"cpu": 2000.0, "device": 0.0}}],
+                     "how": {"file": "kineto.json"}}}}
+    ledger = build_ledger(records[:-1], [(3, {"other": 1}), (9, step)], {"device": "cpu"})
+    assert ledger["in_step_ms"] == 9.0 and ledger["real_step_ms"] == 10.0
+    assert ledger["isolated_ms"] == pytest.approx(4 + 1 + 1 + 0.1 + 1)
+    assert ledger["original_ms"] == 12.0 and ledger["covered_fraction"] == pytest.approx(10 / 12)
+    rows = {row["op"]: row for row in ledger["ops"]}
+    assert rows["aten::mm"]["original_ms"] == pytest.approx(5.0)
+    assert rows["aten::mm"]["in_step_ms"] == pytest.approx(5.0)
+    assert rows["aten::mm"]["reason"] == ""  # all three agree
+    assert rows["aten::add"]["isolated_over_in_step"] == pytest.approx(0.5)
+    assert rows["aten::add"]["reason"] == "allocation"  # slower in the step, fresh output
+    assert rows["aten::view"]["reason"] == "profiler"  # the profiled original reads 30x
+    assert rows["aten::gather"]["reason"] == "data"
+    assert rows["aten::_embedding_bag"]["reason"] == "missing"
+    assert rows["aten::_embedding_bag"]["original_ms"] == 2.0
+    text = format_ledger(ledger)
+    assert "aten::_embedding_bag x2 (2.000 ms)" in text and "83.3%" in text
+    assert "Fidelity ledger" in ledger_section(ledger)
+
+
+def test_ledger_without_a_step_replay_still_gives_isolated_and_original():
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 2.0, 3, original=1000.0),
+                           _record("aten::mm", "0|0|1", None, 1, status="error")])
+    assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 6.0
+    row = ledger["ops"][0]
+    assert row["failed"] == 1 and row["calls"] == 4 and row["original_ms"] == 3.0
+    assert row["isolated_over_original"] == 2.0 and row["reason"] == "cache"
+
+
+# -- the profiler's per-call cost ------------------------------------------------------------
+def test_profiler_cost_is_calibrated_from_trivial_leaf_calls():
+    events = [{"cat": "cpu_op", "name": "aten::view", "ts": 1000 + 100 * i, "dur": 21.0,
+               "pid": 1, "tid": 1} for i in range(30)]
+    outer = {"cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 200.0, "pid": 1, "tid": 1}
+    inner = [{"cat": "cpu_op", "name": "aten::empty", "ts": 10 + 50 * i, "dur": 20.0,
+              "pid": 1, "tid": 1} for i in range(3)]
+    other_thread = {"cat": "cpu_op", "name": "aten::add", "ts": 5, "dur": 50.0, "pid": 1,
+                    "tid": 2}
+    everything = events + [outer] + inner + [other_thread]
+    counts = nested_counts(everything)
+    assert counts[id(outer)] == 3 and counts[id(other_thread)] == 0
+    cost = calibrate(everything, real_us=1.0)
+    assert cost.per_call_us == pytest.approx(20.0)
+    assert cost.corrected(outer) == pytest.approx(200 - 20 * 4)
+    assert cost.corrected(events[0]) == pytest.approx(1.0)  # never below the real cost
+    assert "30 trivial leaf calls" in cost.to_json()["calibrated_from"]
+    assert calibrate(everything[25:], real_us=1.0) is None  # 5 trivial calls: too few
+
+
+def test_html_report_opens_with_the_ledger(tmp_path):
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    _capture(lambda: torch.relu(x @ w), tmp_path / "s.json")
+    out = tmp_path / "res.json"
+    assert run_cli("-c", tmp_path / "s.json", "--replay-step", "--output", out).returncode == 0
+    html = tmp_path / "report.html"
+    report = run_cli(out, "-o", html, module="param_compute.report")
+    assert report.returncode == 0, report.stderr
+    text = html.read_text()
+    assert "Fidelity ledger" in text and text.index("Fidelity ledger") < text.index("Sweeps")
+    assert "aten::relu" in text[text.index("Fidelity ledger"):text.index("Sweeps")]
+
+
+def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):
+    from param_compute.capture.live_timing import CallTimer, time_ops_in_place, time_step
+    from param_compute.cli.capture import capture_run
+
+    x, w = torch.randn(32, 32), torch.randn(32, 32)
+
+    def step():
+        torch.relu(x @ w).sum()
+
+    with CallTimer() as timer:
+        step()
+    assert [str(func) for func, _ in timer.resolve()] == ["aten.mm.default",
+                                                          "aten.relu.default",
+                                                          "aten.sum.default"]
+    times = time_ops_in_place(step, steps=2, passes=3)
+    assert {name: len(v) for name, v in times.items()} == {
+        "aten.mm.default": 2, "aten.relu.default": 2, "aten.sum.default": 2}
+    assert all(t > 0 for v in times.values() for t in v)
+    assert len(time_step(step, 4)) == 4
+    workload = capture_run(step, warmup=1, steps=2, repeats=3)
+    path, report = workload.write(tmp_path / "s.json")
+    spec = json.loads(path.read_text())
+    assert spec["aten::mm"]["config"][0]["input"][0]["count"] == 2
+    assert spec["aten::mm"]["config"][0]["input"][0]["original_us"]["cpu"] > 0
+    data = read_step_file(step_path(path))
+    assert data["real_step_us"] > 0 and len(data["calls"]) == 6
+    assert all(call["original_us"] > 0 for call in data["calls"])
+    summary = json.loads(report.read_text())["original_time"]
+    assert summary["real_step_us"] == pytest.approx(data["real_step_us"], rel=1e-3)
+
+
+@pytest.mark.parametrize("line", [
+    {"step_replay": {"stats": "fast", "configs": [1], "original": 3, "real_step_us": "x"}},
+    {"step_replay": {"stats": {"median": float("nan")}, "configs": {"aten::mm|0|0|0": {
+        "in_step_us": "1", "calls": -2}}, "original": {"total_us": [], "not_captured": [
+            "x", {"op": 1, "original_us": {"cpu": "2"}}]}}},
+    {"step_replay": {"configs": {"aten::mm|0|0|0": {"in_step_us": 500.0, "calls": -2}}}},
+])
+def test_ledger_reads_a_damaged_step_line_without_failing(line):
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)],
+                          [(5, line)])
+    assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 2.0
+    assert ledger["ops"][0]["in_step_ms"] in (None, 1.0)  # a bad call count: the record's
+    format_ledger(ledger)
+
+
+def test_dry_run_plans_the_step_without_replaying_it(tmp_path):
+    x = torch.randn(4, 4)
+    _capture(lambda: torch.relu(x).sum(), tmp_path / "a.json")
+    out = tmp_path / "res.json"
+    result = run_cli("-c", tmp_path / "a.json", "--replay-step", "--dry-run", "--output", out)
+    assert result.returncode == 0, result.stderr
+    assert "step replay: 2 calls planned (dry run)" in result.stdout + result.stderr
+    assert "step_replay" not in out.read_text()
+
+
+def test_device_clock_times_each_call_between_stamps(tmp_path):
+    """On a device (CUDA) each call's in-step time is the clock's interval between the stamps
+    around it: checked with a fake clock whose stamps are call numbers (ms)."""
+    x, w = torch.randn(4, 8), torch.randn(8, 16)
+    _capture(lambda: torch.relu(x @ w).sum(), tmp_path / "s.json")
+    replay = _replay(tmp_path / "s.json")
+    replay.checked_pass()
+
+    class FakeClock:
+        name = "fake_events"
+        stamps = 0
+        reserved = None
+
+        def reserve(self, count):
+            self.reserved = count
+
+        def stamp(self):
+            self.stamps += 1
+            return self.stamps * self.stamps  # intervals 3, 5, 7 ... ms
+
+        def synchronize(self):
+            return None
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return float(end - start)
+
+    replay.clock = FakeClock()
+    times = [0] * len(replay.calls)
+    replay.run_step_timed(times)
+    assert replay.clock.reserved == len(replay.calls) + 1
+    assert times == [3e6, 5e6, 7e6]  # ns per call, in order
+    assert replay.time_step() == float(6 * 6 - 5 * 5)  # the step: stamps 5 and 6
