@@ -13,8 +13,20 @@ whose settings differ (device, threads, timing mode, CUDA graphs, compilation, L
 compared at all unless ``--across-settings`` says that difference is the point. ``--strict``
 turns any such mismatch into exit 2.
 
+The gate fails closed: every pass measured in BASE must be judged in NEW. One that is not gets
+one reason word: ``missing`` (no such run in NEW), ``failed`` (an error record), ``status`` (a
+status other than ok; a run with the same status in BASE, e.g. failed in both, is judged by its
+times), ``unmeasured`` (no measured time, e.g. ``-i 0``), ``non-finite`` (NaN or
+infinite times) or ``config`` (another config under the same id). Those runs, a NEW without
+run records, files whose settings differ (without ``--across-settings``) and a comparison that
+judged nothing all fail ``--fail-on-regression``; without it they are shown all the same.
+
+Both files are read in one pass each, BASE first: memory grows with the number of runs, not
+with records or bytes (BASE keeps each pass's sorted times, at most :data:`MAX_KEPT_SAMPLES`;
+NEW's are compared as they are read and dropped).
+
 Exit status: 0; 1 with ``--fail-on-regression PCT`` when some run is significantly slower by
-more than PCT percent, or measured in BASE but failed in NEW; 2 when an input is missing or not a
+more than PCT percent or the gate fails closed as above; 2 when an input is missing or not a
 results file, or with ``--strict`` when runs or settings do not match.
 """
 
@@ -22,16 +34,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import sys
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.plan.runkey import key_of
-from param_compute.results.fields import measured_passes, pass_samples, run_of
-from param_compute.results.file import ResultsFile, ResultsFileError, read_results_warned
+from param_compute.results.fields import run_of
+from param_compute.results.file import ResultsFileError, ResultsStream, stream_results
 from param_compute.results.significance import Comparison, compare_samples
+from param_compute.results.stats import quantile
 from param_compute.formatting import format_ms
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
@@ -39,10 +54,19 @@ EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
 CSV_COLUMNS = ["op", "id", "pass", "base_median_ms", "new_median_ms", "base_n", "new_n",
                "speedup", "change_pct", "ratio_low", "ratio_high", "p_value", "verdict"]
 
-PassKey = Tuple[str, str, str]  # (op, id, pass)
+PassKey = Tuple[str, str, str]  # (op, id, pass); pass "-" for a record without any
+
+#: Why a pass measured in BASE was not judged in NEW (each fails the gate).
+MISSING, FAILED, STATUS, UNMEASURED, NON_FINITE, CONFIG = (
+    "missing", "failed", "status", "unmeasured", "non-finite", "config")
+GATE_REASONS = (MISSING, FAILED, STATUS, UNMEASURED, NON_FINITE, CONFIG)
+
+#: The most measured times kept per BASE pass; a pass with more keeps this many evenly spaced
+#: order statistics (its median and spread stay; the test then sees this many values).
+MAX_KEPT_SAMPLES = 4096
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     op: str
     id: str
@@ -52,17 +76,32 @@ class Row:
     result: Comparison
 
 
+@dataclass(slots=True)
+class GateMiss:
+    """A pass measured in BASE and not judged in NEW, and why (one of :data:`GATE_REASONS`)."""
+
+    key: PassKey
+    reason: str
+    base_median: Optional[float]
+    base_n: int
+    detail: str = ""
+
+
 @dataclass
 class CompareReport:
     rows: List[Row]
-    only_base: List[PassKey]
+    only_base: List[PassKey]  # in BASE only, and not measured there either
     only_new: List[PassKey]
-    failed_new: List[PassKey]  # measured in BASE, an error record in NEW
-    unmeasured: List[PassKey]  # in both files, measured in neither or one (dry runs...)
+    failed_new: List[PassKey]  # measured in BASE, an error record in NEW (also in ``gate``)
+    unmeasured: List[PassKey]  # in both files, not measured in BASE
     #: Pairs not compared because they measured different things: (key, why).
     mismatched: List[Tuple[PassKey, str]] = field(default_factory=list)
     #: How the two files' settings differ ("device: cpu in BASE, cuda:0 in NEW"...).
     settings_diff: List[str] = field(default_factory=list)
+    #: Passes measured in BASE and not judged in NEW, with the reason.
+    gate: List[GateMiss] = field(default_factory=list)
+    base_records: int = 0
+    new_records: int = 0
 
     def geomean(self, op: Optional[str] = None) -> Optional[float]:
         speedups = [r.result.speedup for r in self.rows if op is None or r.op == op]
@@ -75,18 +114,160 @@ class CompareReport:
         return [r for r in self.rows if r.result.verdict == "slower"
                 and r.result.change_pct > threshold_pct]
 
+    def gate_counts(self) -> Dict[str, int]:
+        """How many passes failed the gate for each reason (in :data:`GATE_REASONS` order)."""
+        counts = {reason: 0 for reason in GATE_REASONS}
+        for miss in self.gate:
+            counts[miss.reason] += 1
+        return {reason: n for reason, n in counts.items() if n}
 
-def _passes(results: ResultsFile) -> Dict[PassKey, Tuple[dict, Optional[str]]]:
-    """(op, id, pass) -> (record, pass or None): measured passes, plus one None entry for a
-    record without any (failed or planned), keyed by pass ``-``."""
-    out: Dict[PassKey, Tuple[dict, Optional[str]]] = {}
-    for record in results.records:
+    def gate_failures(self, across_settings: bool = False) -> List[str]:
+        """Why ``--fail-on-regression`` fails closed, regressions aside (empty: it holds)."""
+        out = []
+        if self.gate:
+            counts = ", ".join(f"{reason} {n}" for reason, n in self.gate_counts().items())
+            out.append(f"{len(self.gate)} run(s) measured in BASE not judged in NEW ({counts})")
+        if self.settings_diff and not across_settings:
+            out.append("settings differ (" + "; ".join(self.settings_diff)
+                       + "; --across-settings to compare anyway)")
+        if self.new_records == 0:
+            out.append("NEW has no run records")
+        if not self.rows and not out:
+            out.append("no run measured in both files: nothing was judged")
+        return out
+
+
+# --- reading: one pass per file, per-pass summaries kept ------------------------------------
+
+def _times(entry: Any) -> Tuple[Optional[List[float]], Optional[str]]:
+    """(finite times, None), or (None, why not): UNMEASURED or NON_FINITE."""
+    values = entry.get("measure.time") if isinstance(entry, dict) else None
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, list) or not values:
+        return None, UNMEASURED
+    times = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(times) != len(values) or not all(map(math.isfinite, times)):
+        return None, NON_FINITE
+    return times, None
+
+
+def _record_passes(record: Dict[str, Any]) -> Iterator[Tuple[str, Optional[List[float]],
+                                                               Optional[str]]]:
+    """(pass, times or None, why not measured) of each pass of a record; one ``-`` entry for
+    a record without any (a planned run)."""
+    metric = record.get("metric")
+    names = [name for name, entry in metric.items() if entry is None or isinstance(entry, dict)] \
+        if isinstance(metric, dict) else []
+    if not names:
+        yield "-", None, UNMEASURED
+    for name in names:
+        times, why = _times(metric[name])
+        yield name, times, why
+
+
+def _fingerprint(config: Any) -> Tuple[Tuple[str, int], ...]:
+    """A config's identity in little memory: the hash of each top-level part's canonical JSON
+    (enough to say whether two configs are equal, and which part differs)."""
+    def digest(value: Any) -> int:
+        return hash(json.dumps(value, sort_keys=True, default=str))
+
+    if isinstance(config, dict):
+        return tuple(sorted((sys.intern(str(k)), digest(v)) for k, v in config.items()))
+    return (("", digest(config)),)
+
+
+def _fingerprint_diff(a: Tuple[Tuple[str, int], ...],
+                      b: Tuple[Tuple[str, int], ...]) -> Optional[str]:
+    """Which part of two records' configs differs, or None when they are equal."""
+    if a == b:
+        return None
+    parts_a, parts_b = dict(a), dict(b)
+    if "" in parts_a or "" in parts_b:
+        return "config differs"
+    parts = sorted(k for k in set(parts_a) | set(parts_b) if parts_a.get(k) != parts_b.get(k))
+    return "config differs (" + ", ".join(parts[:4]) + ")"
+
+
+def _kept(times: List[float]) -> Sequence[float]:
+    """Sorted times, thinned to :data:`MAX_KEPT_SAMPLES` evenly spaced order statistics."""
+    times.sort()
+    n = len(times)
+    if n > MAX_KEPT_SAMPLES:
+        last = MAX_KEPT_SAMPLES - 1
+        times = [times[round(i * (n - 1) / last)] for i in range(MAX_KEPT_SAMPLES)]
+    return array("d", times)
+
+
+@dataclass(slots=True)
+class _BasePass:
+    config: Tuple[Tuple[str, int], ...]
+    times: Optional[Sequence[float]]  # sorted; None: not measured in BASE
+    status: str  # the BASE record's
+
+    def median(self) -> Optional[float]:
+        return quantile(self.times, 0.5) if self.times else None
+
+
+def _read_base(stream: ResultsStream) -> Dict[PassKey, _BasePass]:
+    """BASE's passes (a later record of the same run replaces an earlier one)."""
+    passes: Dict[PassKey, _BasePass] = {}
+    runs: Dict[Tuple[str, str], Tuple[str, ...]] = {}
+    for _, record in stream:
         op, run_id = run_of(record)
-        names = [name for name, _ in measured_passes(record)]
-        for name in names:
-            out[(op, run_id, name)] = (record, name)
-        if not names:
-            out[(op, run_id, "-")] = (record, None)
+        op = sys.intern(op)
+        config = _fingerprint(record.get("config"))
+        status = sys.intern(str(record.get("status"))[:40])
+        for name in runs.pop((op, run_id), ()):
+            passes.pop((op, run_id, name), None)
+        names = []
+        for name, times, _ in _record_passes(record):
+            name = sys.intern(name)
+            names.append(name)
+            passes[(op, run_id, name)] = _BasePass(config, _kept(times) if times else None,
+                                                   status)
+        runs[(op, run_id)] = tuple(names)
+    return passes
+
+
+#: What became of a NEW pass: a Row, or (kind, detail): kind a gate reason, "mismatch",
+#: "unmeasured" (not measured in BASE) or "only_new".
+_Outcome = Any
+
+
+def _judge(key: PassKey, base: Optional[_BasePass], status: str, times: Optional[List[float]],
+           why: Optional[str], config: Tuple[Tuple[str, int], ...], settings_block: bool,
+           alpha: float, resamples: int) -> _Outcome:
+    if base is None:
+        return ("only_new", "")
+    if base.times is None:
+        return ("unmeasured", "")
+    if status != "ok" and status != base.status:  # a run that failed in BASE too is judged
+        return (FAILED, "") if status == "error" else (STATUS, f"status {status!r}")
+    if times is None:
+        return (why, "")
+    mismatch = _fingerprint_diff(base.config, config)
+    if mismatch is not None:
+        return (CONFIG, mismatch)
+    if settings_block:
+        return ("mismatch", "settings differ")
+    return Row(key[0], key[1], key[2], len(base.times), len(times),
+               compare_samples(base.times, times, alpha, resamples))
+
+
+def settings_diff(base: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """How the measuring settings of two results files (their ``run_options``) differ (empty:
+    they agree). A key one file does not record (PARAM's files lack some) is not a difference;
+    the ``cuda_*`` keys only count on a CUDA device."""
+    out = []
+    devices = (str(base.get("device")), str(new.get("device")))
+    on_cuda = any(d.startswith("cuda") for d in devices)
+    for key in SETTINGS_KEYS:
+        a, b = base.get(key), new.get(key)
+        if a is None or b is None or (key.startswith("cuda_") and not on_cuda):
+            continue
+        if a != b:
+            out.append(f"{key}: {a!r} in BASE, {b!r} in NEW")
     return out
 
 
@@ -95,75 +276,74 @@ SETTINGS_KEYS = ("device", "num_threads", "exec_mode", "cuda_graph", "pt2_model"
                  "cuda_l2_cache")
 
 
-def settings_diff(base: ResultsFile, new: ResultsFile) -> List[str]:
-    """How the measuring settings of two results files differ (empty: they agree). A key one
-    file does not record (PARAM's files lack some) is not a difference; the ``cuda_*`` keys
-    only count on a CUDA device."""
-    out = []
-    devices = (str(base.run_options.get("device")), str(new.run_options.get("device")))
-    on_cuda = any(d.startswith("cuda") for d in devices)
-    for key in SETTINGS_KEYS:
-        a, b = base.run_options.get(key), new.run_options.get(key)
-        if a is None or b is None or (key.startswith("cuda_") and not on_cuda):
-            continue
-        if a != b:
-            out.append(f"{key}: {a!r} in BASE, {b!r} in NEW")
-    return out
-
-
-def _config_diff(a: object, b: object) -> Optional[str]:
-    """Which part of two records' configs differs, or None when they are equal."""
-    if a == b:
-        return None
-    if isinstance(a, dict) and isinstance(b, dict):
-        parts = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-        return "config differs (" + ", ".join(str(p) for p in parts[:4]) + ")"
-    return "config differs"
-
-
-def compare_results(base: ResultsFile, new: ResultsFile, alpha: float = 0.05,
+def compare_streams(base: ResultsStream, new: ResultsStream, alpha: float = 0.05,
                     resamples: int = 2000, across_settings: bool = False) -> CompareReport:
-    base_passes, new_passes = _passes(base), _passes(new)
+    """Compare two results files, each read once (BASE fully first, then NEW record by
+    record)."""
     report = CompareReport([], [], [], [], [])
-    report.settings_diff = settings_diff(base, new)
+    report.settings_diff = settings_diff(base.run_options, new.run_options)
     settings_block = bool(report.settings_diff) and not across_settings
-    new_status = {run_of(r): r.get("status") for r in new.records}
-    base_runs = {key[:2] for key in base_passes}
-    for key, (base_record, name) in base_passes.items():
-        if key[:2] not in new_status:
-            report.only_base.append(key)
+    base_passes = _read_base(base)
+    report.base_records = base.records_read
+    outcomes: Dict[PassKey, _Outcome] = {}
+    new_runs: Dict[Tuple[str, str], Tuple[Any, Tuple[str, ...]]] = {}
+    for _, record in new:
+        op, run_id = run_of(record)
+        status = str(record.get("status"))[:40]
+        for name in new_runs.pop((op, run_id), (None, ()))[1]:  # a later record replaces it
+            outcomes.pop((op, run_id, name), None)
+        config = _fingerprint(record.get("config"))
+        names = []
+        for name, times, why in _record_passes(record):
+            key = (op, run_id, name)
+            names.append(name)
+            outcomes[key] = _judge(key, base_passes.get(key), status, times, why, config,
+                                   settings_block, alpha, resamples)
+        new_runs[(op, run_id)] = (status, tuple(names))
+    report.new_records = new.records_read
+
+    for key, base_pass in base_passes.items():
+        outcome = outcomes.get(key)
+        if isinstance(outcome, Row):
+            report.rows.append(outcome)
             continue
-        if key not in new_passes:
-            # the run is in both files but NEW lacks this pass: failed, or not measured
-            failed = name is not None and new_status[key[:2]] == "error"
-            target = report.failed_new if failed else report.unmeasured
-            target.append(key)
+        if base_pass.times is None:  # not measured in BASE: nothing to judge
+            if key[:2] not in new_runs:
+                report.only_base.append(key)
+            else:
+                report.unmeasured.append(key)
             continue
-        new_record, new_name = new_passes[key]
-        if name is None or new_name is None:
-            report.unmeasured.append(key)
+        if outcome is None:  # no such pass in NEW
+            run = new_runs.get(key[:2])
+            if run is None:
+                outcome = (MISSING, "")
+            elif run[0] != "ok" and run[0] != base_pass.status:
+                outcome = (FAILED, "") if run[0] == "error" else (STATUS, f"status {run[0]!r}")
+            else:
+                outcome = (UNMEASURED, "no such pass in NEW")
+        kind, detail = outcome
+        if kind == "mismatch" or kind == CONFIG:
+            report.mismatched.append((key, detail))
+        if kind == "mismatch":
             continue
-        why = _config_diff(base_record.get("config"), new_record.get("config"))
-        if why is None and settings_block:
-            why = "settings differ"
-        if why is not None:
-            report.mismatched.append((key, why))
-            continue
-        base_times, new_times = pass_samples(base_record, name), pass_samples(new_record, name)
-        if not base_times or not new_times:
-            report.unmeasured.append(key)
-            continue
-        report.rows.append(Row(key[0], key[1], name, len(base_times), len(new_times),
-                               compare_samples(base_times, new_times, alpha, resamples)))
-    for key in new_passes:
-        if key[:2] not in base_runs:
-            report.only_new.append(key)
+        report.gate.append(GateMiss(key, kind, base_pass.median(), len(base_pass.times), detail))
+        if kind == FAILED:
+            report.failed_new.append(key)
+    report.only_new = [key for key, outcome in outcomes.items()
+                       if isinstance(outcome, tuple) and outcome[0] == "only_new"]
     return report
 
 
+def compare_files(base_path: Path, new_path: Path, alpha: float = 0.05, resamples: int = 2000,
+                  across_settings: bool = False, warn: bool = True) -> CompareReport:
+    """:func:`compare_streams` of two results files (``ResultsFileError`` if either is not
+    one; unusable lines warned on stderr as they are met)."""
+    base = stream_results(base_path, warn)
+    new = stream_results(new_path, warn)
+    return compare_streams(base, new, alpha, resamples, across_settings)
+
+
 # --- output ---------------------------------------------------------------------------------
-
-
 
 def _speedup(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.3f}x"
@@ -179,6 +359,13 @@ def _interval(result: Comparison) -> str:
 
 def _key_text(key: PassKey) -> str:
     return key_of(key[0], key[1]) + (f" ({key[2]})" if key[2] != "-" else "")
+
+
+def _listed(console, label: str, items: List[str]) -> None:
+    if items:
+        more = f", ... {len(items) - 10} more" if len(items) > 10 else ""
+        console.print(f"{label}: {len(items)}: {', '.join(items[:10])}{more}", soft_wrap=True,
+                      highlight=False)
 
 
 def render(report: CompareReport, base_path: Path, new_path: Path, console,
@@ -211,40 +398,51 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
     if len(rows) > max_rows:
         console.print(f"... {len(rows) - max_rows} more rows (--max-rows, or --csv for all)")
 
-    ops = list(dict.fromkeys(r.op for r in report.rows))
-    if ops:
+    by_op: Dict[str, Dict[str, int]] = {}
+    for row in report.rows:
+        counts = by_op.setdefault(row.op, {"faster": 0, "slower": 0, "same": 0})
+        counts[row.result.verdict] += 1
+    if by_op:
         summary = Table(title="geometric mean speedup (NEW vs BASE)", title_justify="left")
         for column, justify in (("op", "left"), ("passes", "right"), ("geomean", "right"),
                                 ("faster", "right"), ("slower", "right"), ("same", "right")):
             summary.add_column(column, justify=justify)
-        for op in ops + [None]:
-            mine = [r for r in report.rows if op is None or r.op == op]
-            counts = {v: sum(1 for r in mine if r.result.verdict == v)
-                      for v in ("faster", "slower", "same")}
-            summary.add_row("[bold]overall[/bold]" if op is None else op, str(len(mine)),
-                            _speedup(report.geomean(op)), str(counts["faster"]),
-                            str(counts["slower"]), str(counts["same"]))
+        total = {v: sum(c[v] for c in by_op.values()) for v in ("faster", "slower", "same")}
+        for op, counts in list(by_op.items()) + [(None, total)]:
+            summary.add_row("[bold]overall[/bold]" if op is None else op,
+                            str(sum(counts.values())), _speedup(report.geomean(op)),
+                            str(counts["faster"]), str(counts["slower"]), str(counts["same"]))
         console.print(summary)
+    if report.gate:
+        gate = Table(title="measured in BASE, not judged in NEW (each fails "
+                           "--fail-on-regression)", title_justify="left")
+        for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
+                                ("base", "right"), ("reason", "left"), ("", "left")):
+            gate.add_column(column, justify=justify)
+        for miss in report.gate[:max_rows]:
+            gate.add_row(miss.key[0], miss.key[1], miss.key[2], format_ms(miss.base_median),
+                         f"[red]{miss.reason}[/red]", miss.detail)
+        console.print(gate)
+        if len(report.gate) > max_rows:
+            console.print(f"... {len(report.gate) - max_rows} more (--csv lists them all)")
+        console.print("not judged: " + ", ".join(f"{reason} {n}" for reason, n
+                                                 in report.gate_counts().items()),
+                      highlight=False)
     if report.settings_diff:
         console.print("settings differ: " + "; ".join(report.settings_diff), soft_wrap=True,
                       highlight=False)
-    if report.mismatched:
-        shown = ", ".join(f"{_key_text(k)}: {why}" for k, why in report.mismatched[:10])
-        more = f", ... {len(report.mismatched) - 10} more" if len(report.mismatched) > 10 else ""
-        console.print(f"not compared (they measured different things): "
-                      f"{len(report.mismatched)}: {shown}{more}", soft_wrap=True,
-                      highlight=False)
-    for label, keys in (("only in BASE", report.only_base), ("only in NEW", report.only_new),
-                        ("failed in NEW (measured in BASE)", report.failed_new),
-                        ("not measured in both", report.unmeasured)):
-        if keys:
-            shown = ", ".join(_key_text(k) for k in keys[:10])
-            more = f", ... {len(keys) - 10} more" if len(keys) > 10 else ""
-            console.print(f"{label}: {len(keys)}: {shown}{more}", soft_wrap=True,
-                          highlight=False)
+    if report.new_records == 0:
+        console.print("NEW has no run records", highlight=False)
+    _listed(console, "not compared (they measured different things)",
+            [f"{_key_text(k)}: {why}" for k, why in report.mismatched])
+    for label, keys in (("only in BASE (not measured there)", report.only_base),
+                        ("only in NEW", report.only_new),
+                        ("not measured in BASE", report.unmeasured)):
+        _listed(console, label, [_key_text(k) for k in keys])
 
 
 def write_csv(report: CompareReport, path: Path) -> None:
+    """Every compared row, then every pass that failed the gate (its reason as the verdict)."""
     with open(path, "w", encoding="utf-8", newline="") as stream:
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(CSV_COLUMNS)
@@ -255,6 +453,9 @@ def write_csv(report: CompareReport, path: Path) -> None:
                              result.new_median, row.base_n, row.new_n, result.speedup,
                              result.change_pct, "" if low is None else low,
                              "" if high is None else high, result.p_value, result.verdict])
+        for miss in report.gate:
+            writer.writerow([*miss.key, miss.base_median, "", miss.base_n, "", "", "", "", "",
+                             "", miss.reason])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,8 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", type=Path, help="the baseline results file")
     p.add_argument("new", type=Path, help="the results file to judge")
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
-                   help="exit 1 when a run is significantly slower by more than PCT percent "
-                        "(or failed in NEW after being measured in BASE)")
+                   help="exit 1 when a run is significantly slower by more than PCT percent, "
+                        "or a run measured in BASE is missing, failed, unmeasured, non-finite, "
+                        "of another status or config in NEW, or NEW has no runs, or the "
+                        "settings differ (fails closed)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level (default 0.05; the interval is 1 - alpha)")
     p.add_argument("--resamples", type=int, default=2000,
@@ -289,20 +492,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must be between 0 and 1, got {args.alpha}", file=sys.stderr)
         return EXIT_INVALID
-    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+    if args.fail_on_regression is not None and not (0 <= args.fail_on_regression < math.inf):
         print("error: --fail-on-regression takes a percentage >= 0", file=sys.stderr)
         return EXIT_INVALID
     try:
-        base = read_results_warned(args.base)
-        new = read_results_warned(args.new)
+        report = compare_files(args.base, args.new, args.alpha, max(args.resamples, 0),
+                               args.across_settings)
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    report = compare_results(base, new, args.alpha, max(args.resamples, 0),
-                             args.across_settings)
     if args.strict and (report.mismatched or (report.settings_diff
                                               and not args.across_settings)):
         for line in report.settings_diff:
@@ -324,17 +525,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         console.print(f"csv: {args.csv}", highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
-        if regressions or report.failed_new:
-            worst = max(regressions, key=lambda r: r.result.change_pct, default=None)
-            parts = []
-            if regressions:
-                parts.append(f"{len(regressions)} run(s) significantly slower by more than "
-                             f"{args.fail_on_regression:g}% (worst {key_of(worst.op, worst.id)} "
-                             f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
-            if report.failed_new:
-                parts.append(f"{len(report.failed_new)} run(s) failed in NEW")
-            console.print(f"[red]regression[/red]: {'; '.join(parts)}", highlight=False)
+        parts = []
+        if regressions:
+            worst = max(regressions, key=lambda r: r.result.change_pct)
+            parts.append(f"{len(regressions)} run(s) significantly slower by more than "
+                         f"{args.fail_on_regression:g}% (worst {key_of(worst.op, worst.id)} "
+                         f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
+        parts.extend(report.gate_failures(args.across_settings))
+        if parts:
+            console.print(f"[red]regression gate failed[/red]: {'; '.join(parts)}",
+                          highlight=False, soft_wrap=True)
             return EXIT_REGRESSION
+        console.print("regression gate passed", highlight=False)
     return EXIT_OK
 
 

@@ -5,7 +5,8 @@ run ``{op_name, id, status, ...}`` and a finish line ``{finish_time, ...}``. App
 (``-a``) hold several header/finish pairs, resumed files a ``{resume_time, ...}`` marker, and
 ``--ncu``/``--nsys`` runs a batch line ``{ncu_file | nsys_file, ...}`` between run lines.
 
-Reading (:func:`read_results`, :func:`scan_lines`) is bounded: only regular files are opened (a
+Reading (:class:`ResultsStream` one record at a time, :func:`read_results` the whole file,
+:func:`scan_lines`) is bounded: only regular files are opened (a
 directory, FIFO or device such as ``/dev/zero`` is refused with :class:`ResultsFileError`) and
 a line longer than ``max_line_bytes`` is skipped without being held in memory. The first line
 must be a header; any other line that can't be used (not UTF-8, not JSON, not an object, too
@@ -25,16 +26,17 @@ from param_compute.results.fields import (measured_passes, pass_samples,
                                           pass_throughput, peak_memory_mb)
 from param_compute.results.file.reading import (FINISH, HEADER, MAX_LINE_BYTES,
                                                 OTHER, RECORD, RESUME, Line, LineProblem,
-                                                ResultsFile, ResultsFileError, iter_results,
-                                                line_kind, load_results, read_results,
-                                                read_results_warned,
-                                                scan_lines)
+                                                ResultsFile, ResultsFileError, ResultsStream,
+                                                iter_results, line_kind, load_results,
+                                                read_results, read_results_warned,
+                                                scan_lines, stream_results, warn_problem)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
                                                 ResultsWriter, encode_line, repair_tail,
                                                 write_results)
 
 __all__ = ["FINISH", "HEADER", "MAX_LINE_BYTES", "OTHER", "RECORD", "RESUME", "SYNC_ENDS",
            "SYNC_EVERY", "SYNC_NONE", "Line", "LineProblem", "ResultsFile", "ResultsFileError",
-           "ResultsWriter", "encode_line", "iter_results", "line_kind", "load_results",
+           "ResultsStream", "ResultsWriter", "encode_line", "iter_results", "line_kind", "load_results",
            "measured_passes", "pass_samples", "pass_throughput", "peak_memory_mb",
-           "read_results", "read_results_warned", "repair_tail", "scan_lines", "write_results"]
+           "read_results", "read_results_warned", "repair_tail", "scan_lines", "stream_results",
+           "warn_problem", "write_results"]
