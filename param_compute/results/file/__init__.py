@@ -26,6 +26,7 @@ from param_compute.results.fields import (measured_passes, pass_samples,
                                           pass_throughput, peak_memory_mb)
 from param_compute.results.file.reading import (FINISH, HEADER, MAX_LINE_BYTES,
                                                 OTHER, RECORD, RESUME, Line, LineProblem,
+                                                LineReader,
                                                 ResultsFile, ResultsFileError, ResultsStream,
                                                 iter_results, line_kind, load_results,
                                                 read_results, read_results_warned,
@@ -35,8 +36,8 @@ from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE
                                                 write_results)
 
 __all__ = ["FINISH", "HEADER", "MAX_LINE_BYTES", "OTHER", "RECORD", "RESUME", "SYNC_ENDS",
-           "SYNC_EVERY", "SYNC_NONE", "Line", "LineProblem", "ResultsFile", "ResultsFileError",
-           "ResultsStream", "ResultsWriter", "encode_line", "iter_results", "line_kind", "load_results",
-           "measured_passes", "pass_samples", "pass_throughput", "peak_memory_mb",
-           "read_results", "read_results_warned", "repair_tail", "scan_lines", "stream_results",
-           "warn_problem", "write_results"]
+           "SYNC_EVERY", "SYNC_NONE", "Line", "LineProblem", "LineReader", "ResultsFile",
+           "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "iter_results",
+           "line_kind", "load_results", "measured_passes", "pass_samples", "pass_throughput",
+           "peak_memory_mb", "read_results", "read_results_warned", "repair_tail", "scan_lines",
+           "stream_results", "warn_problem", "write_results"]

@@ -342,6 +342,7 @@ class ResultsStream:
         first = next(self._lines)  # raises ResultsFileError unless a header
         self.header: Dict[str, Any] = first.value
         self.headers.append(first.value)
+        self.line: Line = first  # the line of the record last yielded (its offset and size)
         self._started = False
 
     @property
@@ -386,6 +387,7 @@ class ResultsStream:
                     continue
                 seen[key] = line.number
                 self.records_read += 1
+                self.line = line
                 yield line.number, line.value
             elif kind == FINISH:
                 self.finishes.append(line.value)
@@ -393,6 +395,38 @@ class ResultsStream:
                 self.markers.append(line.value)
             else:
                 self.extras.append((line.number, line.value))
+
+
+class LineReader:
+    """Reads single lines back from results files at the offsets a :class:`ResultsStream` gave
+    (a merge writes runs in another order than it read them): regular files only, a few kept
+    open, each line parsed and checked again (a file changed meanwhile is an error)."""
+
+    def __init__(self, max_open: int = 16):
+        self.max_open = max_open
+        self._open: Dict[Path, Any] = {}
+
+    def read(self, path: PathLike, line: Line) -> Dict[str, Any]:
+        path = Path(path)
+        stream = self._open.pop(path, None)
+        if stream is None:
+            if len(self._open) >= self.max_open:
+                oldest = next(iter(self._open))
+                self._open.pop(oldest).close()
+            stream = _open_regular(path)
+        self._open[path] = stream  # the most recently used last
+        stream.seek(line.offset)
+        raw = stream.read(line.size)
+        value, why = _parse(raw) if len(raw) == line.size else (None, "cut short")
+        if why is None:
+            why = schema_problem(value)
+        if why is not None:
+            raise ResultsFileError(f"{path}:{line.number}: changed while being read ({why})")
+        return value
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
 
 
 def warn_problem(path: Path, problem: LineProblem) -> None:
