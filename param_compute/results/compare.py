@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import sys
@@ -152,37 +153,45 @@ def _times(entry: Any) -> Tuple[Optional[List[float]], Optional[str]]:
     return times, None
 
 
-def _record_passes(record: Dict[str, Any]) -> Iterator[Tuple[str, Optional[List[float]],
-                                                               Optional[str]]]:
+def _record_passes(record: Dict[str, Any]) -> List[Tuple[str, Optional[List[float]],
+                                                         Optional[str]]]:
     """(pass, times or None, why not measured) of each pass of a record; one ``-`` entry for
     a record without any (a planned run)."""
     metric = record.get("metric")
     names = [name for name, entry in metric.items() if entry is None or isinstance(entry, dict)] \
         if isinstance(metric, dict) else []
     if not names:
-        yield "-", None, UNMEASURED
-    for name in names:
-        times, why = _times(metric[name])
-        yield name, times, why
+        return [("-", None, UNMEASURED)]
+    return [(sys.intern(name), *_times(metric[name])) for name in names]
 
 
-def _fingerprint(config: Any) -> Tuple[Tuple[str, int], ...]:
-    """A config's identity in little memory: the hash of each top-level part's canonical JSON
-    (enough to say whether two configs are equal, and which part differs)."""
-    def digest(value: Any) -> int:
-        return hash(json.dumps(value, sort_keys=True, default=str))
+class _Shared:
+    """One copy of the small values many runs repeat (pass-name tuples, config key tuples)."""
 
-    if isinstance(config, dict):
-        return tuple(sorted((sys.intern(str(k)), digest(v)) for k, v in config.items()))
-    return (("", digest(config)),)
+    def __init__(self) -> None:
+        self._values: Dict[Any, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        return self._values.setdefault(value, value)
 
 
-def _fingerprint_diff(a: Tuple[Tuple[str, int], ...],
-                      b: Tuple[Tuple[str, int], ...]) -> Optional[str]:
+def _fingerprint(config: Any, shared: _Shared) -> Tuple[Tuple[str, ...], bytes]:
+    """A config's identity in little memory: its top-level keys and an 8-byte digest of each
+    part's canonical JSON (enough to say whether two configs are equal, and which part
+    differs)."""
+    parts = sorted(config.items()) if isinstance(config, dict) else [("", config)]
+    digests = b"".join(hashlib.blake2b(json.dumps(value, sort_keys=True, default=str).encode(
+        "utf-8", "surrogatepass"), digest_size=8).digest() for _, value in parts)
+    return shared(tuple(str(key) for key, _ in parts)), digests
+
+
+def _fingerprint_diff(a: Tuple[Tuple[str, ...], bytes],
+                      b: Tuple[Tuple[str, ...], bytes]) -> Optional[str]:
     """Which part of two records' configs differs, or None when they are equal."""
     if a == b:
         return None
-    parts_a, parts_b = dict(a), dict(b)
+    parts_a = {key: a[1][8 * i:8 * i + 8] for i, key in enumerate(a[0])}
+    parts_b = {key: b[1][8 * i:8 * i + 8] for i, key in enumerate(b[0])}
     if "" in parts_a or "" in parts_b:
         return "config differs"
     parts = sorted(k for k in set(parts_a) | set(parts_b) if parts_a.get(k) != parts_b.get(k))
@@ -199,51 +208,54 @@ def _kept(times: List[float]) -> Sequence[float]:
     return array("d", times)
 
 
-@dataclass(slots=True)
-class _BasePass:
-    config: Tuple[Tuple[str, int], ...]
-    times: Optional[Sequence[float]]  # sorted; None: not measured in BASE
-    status: str  # the BASE record's
-
-    def median(self) -> Optional[float]:
-        return quantile(self.times, 0.5) if self.times else None
-
-
-def _read_base(stream: ResultsStream) -> Dict[PassKey, _BasePass]:
-    """BASE's passes (a later record of the same run replaces an earlier one)."""
-    passes: Dict[PassKey, _BasePass] = {}
-    runs: Dict[Tuple[str, str], Tuple[str, ...]] = {}
-    for _, record in stream:
-        op, run_id = run_of(record)
-        op = sys.intern(op)
-        config = _fingerprint(record.get("config"))
-        status = sys.intern(str(record.get("status"))[:40])
-        for name in runs.pop((op, run_id), ()):
-            passes.pop((op, run_id, name), None)
-        names = []
-        for name, times, _ in _record_passes(record):
-            name = sys.intern(name)
-            names.append(name)
-            passes[(op, run_id, name)] = _BasePass(config, _kept(times) if times else None,
-                                                   status)
-        runs[(op, run_id)] = tuple(names)
-    return passes
-
-
-#: What became of a NEW pass: a Row, or (kind, detail): kind a gate reason, "mismatch",
-#: "unmeasured" (not measured in BASE) or "only_new".
+#: What became of a BASE pass in NEW: a Row, or (kind, detail): kind a gate reason or
+#: "mismatch" (settings differ) or "unmeasured" (not measured in BASE).
 _Outcome = Any
 
 
-def _judge(key: PassKey, base: Optional[_BasePass], status: str, times: Optional[List[float]],
-           why: Optional[str], config: Tuple[Tuple[str, int], ...], settings_block: bool,
-           alpha: float, resamples: int) -> _Outcome:
-    if base is None:
-        return ("only_new", "")
-    if base.times is None:
+@dataclass(slots=True)
+class _BaseRun:
+    """What compare keeps of one BASE run: its config's fingerprint, status, each pass's
+    sorted times (None: not measured) and, once NEW is read, each pass's outcome."""
+
+    config: Tuple[Tuple[str, ...], bytes]
+    status: str
+    names: Tuple[str, ...]
+    times: Tuple[Optional[Sequence[float]], ...]
+    outcomes: Optional[List[_Outcome]] = None  # None: the run is not in NEW
+
+    def median(self, index: int) -> Optional[float]:
+        times = self.times[index]
+        return quantile(times, 0.5) if times else None
+
+
+def _read_base(stream: ResultsStream, shared: _Shared) -> Dict[Tuple[str, str], _BaseRun]:
+    """BASE's runs (a later record of the same run replaces an earlier one)."""
+    runs: Dict[Tuple[str, str], _BaseRun] = {}
+    for _, record in stream:
+        op, run_id = run_of(record)
+        passes = _record_passes(record)
+        runs[(sys.intern(op), run_id)] = _BaseRun(
+            _fingerprint(record.get("config"), shared),
+            sys.intern(str(record.get("status"))[:40]),
+            shared(tuple(name for name, _, _ in passes)),
+            tuple(_kept(times) if times else None for _, times, _ in passes))
+    return runs
+
+
+def _judge(base: _BaseRun, index: int, status: str, passes: Dict[str, Tuple[Any, Any]],
+           config: Tuple[Tuple[str, ...], bytes], settings_block: bool, alpha: float,
+           resamples: int, key: PassKey) -> _Outcome:
+    """The outcome of BASE pass ``index`` against NEW's record of the run (``passes``: name ->
+    (times, why not measured))."""
+    base_times = base.times[index]
+    if base_times is None:
         return ("unmeasured", "")
     if status != "ok" and status != base.status:  # a run that failed in BASE too is judged
         return (FAILED, "") if status == "error" else (STATUS, f"status {status!r}")
+    if key[2] not in passes:
+        return (UNMEASURED, "no such pass in NEW")
+    times, why = passes[key[2]]
     if times is None:
         return (why, "")
     mismatch = _fingerprint_diff(base.config, config)
@@ -251,8 +263,8 @@ def _judge(key: PassKey, base: Optional[_BasePass], status: str, times: Optional
         return (CONFIG, mismatch)
     if settings_block:
         return ("mismatch", "settings differ")
-    return Row(key[0], key[1], key[2], len(base.times), len(times),
-               compare_samples(base.times, times, alpha, resamples))
+    return Row(key[0], key[1], key[2], len(base_times), len(times),
+               compare_samples(base_times, times, alpha, resamples))
 
 
 def settings_diff(base: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
@@ -278,59 +290,52 @@ SETTINGS_KEYS = ("device", "num_threads", "exec_mode", "cuda_graph", "pt2_model"
 
 def compare_streams(base: ResultsStream, new: ResultsStream, alpha: float = 0.05,
                     resamples: int = 2000, across_settings: bool = False) -> CompareReport:
-    """Compare two results files, each read once (BASE fully first, then NEW record by
-    record)."""
+    """Compare two results files, each read once: BASE first (its runs kept as
+    :class:`_BaseRun`), then NEW record by record, each judged as it is read and its times
+    dropped. A later record of a run in NEW replaces an earlier one (appended files)."""
     report = CompareReport([], [], [], [], [])
     report.settings_diff = settings_diff(base.run_options, new.run_options)
     settings_block = bool(report.settings_diff) and not across_settings
-    base_passes = _read_base(base)
+    shared = _Shared()
+    base_runs = _read_base(base, shared)
     report.base_records = base.records_read
-    outcomes: Dict[PassKey, _Outcome] = {}
-    new_runs: Dict[Tuple[str, str], Tuple[Any, Tuple[str, ...]]] = {}
+    only_new: Dict[PassKey, None] = {}
     for _, record in new:
         op, run_id = run_of(record)
         status = str(record.get("status"))[:40]
-        for name in new_runs.pop((op, run_id), (None, ()))[1]:  # a later record replaces it
-            outcomes.pop((op, run_id, name), None)
-        config = _fingerprint(record.get("config"))
-        names = []
-        for name, times, why in _record_passes(record):
-            key = (op, run_id, name)
-            names.append(name)
-            outcomes[key] = _judge(key, base_passes.get(key), status, times, why, config,
-                                   settings_block, alpha, resamples)
-        new_runs[(op, run_id)] = (status, tuple(names))
+        passes = {name: (times, why) for name, times, why in _record_passes(record)}
+        run = base_runs.get((op, run_id))
+        for name in passes:
+            if run is None or name not in run.names:
+                only_new[(op, run_id, name)] = None
+        if run is None:
+            continue
+        config = _fingerprint(record.get("config"), shared)
+        run.outcomes = [_judge(run, index, status, passes, config, settings_block, alpha,
+                               resamples, (op, run_id, name))
+                        for index, name in enumerate(run.names)]
     report.new_records = new.records_read
 
-    for key, base_pass in base_passes.items():
-        outcome = outcomes.get(key)
-        if isinstance(outcome, Row):
-            report.rows.append(outcome)
-            continue
-        if base_pass.times is None:  # not measured in BASE: nothing to judge
-            if key[:2] not in new_runs:
-                report.only_base.append(key)
-            else:
-                report.unmeasured.append(key)
-            continue
-        if outcome is None:  # no such pass in NEW
-            run = new_runs.get(key[:2])
-            if run is None:
-                outcome = (MISSING, "")
-            elif run[0] != "ok" and run[0] != base_pass.status:
-                outcome = (FAILED, "") if run[0] == "error" else (STATUS, f"status {run[0]!r}")
-            else:
-                outcome = (UNMEASURED, "no such pass in NEW")
-        kind, detail = outcome
-        if kind == "mismatch" or kind == CONFIG:
-            report.mismatched.append((key, detail))
-        if kind == "mismatch":
-            continue
-        report.gate.append(GateMiss(key, kind, base_pass.median(), len(base_pass.times), detail))
-        if kind == FAILED:
-            report.failed_new.append(key)
-    report.only_new = [key for key, outcome in outcomes.items()
-                       if isinstance(outcome, tuple) and outcome[0] == "only_new"]
+    for (op, run_id), run in base_runs.items():
+        for index, name in enumerate(run.names):
+            key = (op, run_id, name)
+            if run.times[index] is None:  # not measured in BASE: nothing to judge
+                (report.only_base if run.outcomes is None else report.unmeasured).append(key)
+                continue
+            outcome = (MISSING, "") if run.outcomes is None else run.outcomes[index]
+            if isinstance(outcome, Row):
+                report.rows.append(outcome)
+                continue
+            kind, detail = outcome
+            if kind == "mismatch" or kind == CONFIG:
+                report.mismatched.append((key, detail))
+            if kind == "mismatch":
+                continue
+            report.gate.append(GateMiss(key, kind, run.median(index), len(run.times[index]),
+                                        detail))
+            if kind == FAILED:
+                report.failed_new.append(key)
+    report.only_new = list(only_new)
     return report
 
 
@@ -414,8 +419,8 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                             str(counts["faster"]), str(counts["slower"]), str(counts["same"]))
         console.print(summary)
     if report.gate:
-        gate = Table(title="measured in BASE, not judged in NEW (each fails "
-                           "--fail-on-regression)", title_justify="left")
+        gate = Table(title="measured in BASE, not judged in NEW: fails the gate",
+                     title_justify="left")
         for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
                                 ("base", "right"), ("reason", "left"), ("", "left")):
             gate.add_column(column, justify=justify)

@@ -36,13 +36,6 @@ def record_stats(record: Dict[str, Any]) -> Any:
     return record.get("stats")
 
 
-def without_samples(record: Dict[str, Any]) -> Dict[str, Any]:
-    """The record less its ``metric`` (every measured time), its ``stats`` computed first
-    where it has none: what a tool that keeps many records needs of each."""
-    record_stats(record)
-    return {key: value for key, value in record.items() if key != "metric"}
-
-
 def pass_samples(record: Dict[str, Any], pass_name: str) -> List[float]:
     """The measured times (ms) of one pass of a record."""
     metric = (record.get("metric") or {}).get(pass_name) or {}

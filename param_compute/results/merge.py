@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from param_compute.plan.runkey import id_order, key_of
 from param_compute.results.fields import run_of
-from param_compute.results.file import (Line, LineProblem, LineReader, ResultsFileError,
+from param_compute.results.file import (LineProblem, LineReader, ResultsFileError,
                                         ResultsStream, write_results)
 
 EXIT_OK, EXIT_DAMAGED, EXIT_INVALID = 0, 1, 2
@@ -66,12 +66,15 @@ def _digest(record: Dict[str, Any]) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Place:
-    """Where a kept run's line is: which shard, which line, and its digest."""
+    """Where a kept run's line is: which shard, which line (number, byte offset, size), and
+    its digest."""
 
     shard: int
-    line: Line
+    number: int
+    offset: int
+    size: int
     digest: bytes
 
 
@@ -125,7 +128,8 @@ def merge_shards(shards: List[ResultsStream], partial: bool = False
         results = by_index[index]
         for _, record in results:
             key = run_of(record)
-            place = _Place(index, results.line, _digest(record))
+            line = results.line  # its place only: the parsed record is not kept
+            place = _Place(index, line.number, line.offset, line.size, _digest(record))
             other = kept.get(key)
             if other is not None:
                 if other.digest != place.digest:
@@ -184,9 +188,9 @@ def _count(finish: Dict[str, Any], key: str) -> int:
 def _records(ordered: List[Tuple[Path, _Place]], reader: LineReader) -> Iterator[Dict[str, Any]]:
     """The kept runs' records, read back from their shards in plan order."""
     for path, place in ordered:
-        record = reader.read(path, place.line)
+        record = reader.read(path, place.number, place.offset, place.size)
         if _digest(record) != place.digest:
-            raise ResultsFileError(f"{path}:{place.line.number}: changed while being merged")
+            raise ResultsFileError(f"{path}:{place.number}: changed while being merged")
         yield record
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from param_compute.formatting import format_ms
 from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
-from param_compute.results.fields import measured_passes, pass_throughput, without_samples
+from param_compute.results.fields import measured_passes, pass_throughput
 from param_compute.results.file import (ResultsFile, ResultsFileError, ResultsStream,
                                         stream_results)
 from param_compute.results.plots import plot_sweep
@@ -84,7 +85,7 @@ def _about(results: Union[ResultsFile, ResultsStream], runs: int) -> str:
     return f"<dl>{rows}</dl>"
 
 
-def _table(records: Sequence[Dict[str, Any]]) -> str:
+def _table(records: Iterable[Dict[str, Any]]) -> str:
     head = ("op", "id", "pass", "status", "median", "p10", "p90", "n", "TFLOP/s", "GB/s",
             "shapes", "dtypes", "params")
     out = ["<table><thead><tr>", "".join(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
@@ -137,27 +138,59 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
             f"{base64.b64encode(png).decode('ascii')}\">")
 
 
+#: What the report reads of each pass's stats (the sweeps and the table).
+_STATS_KEPT = ("n", "median", "p10", "p90")
+
+
+def _compact(record: Dict[str, Any]) -> Dict[str, Any]:
+    """What the report keeps of a record while the file is read: the stats it shows, the
+    rates, a captured config's count and original time, the error of a run without any
+    measured pass, and the config as compact JSON text (decoded again one operator at a time);
+    the measured times are dropped."""
+    passes = {name: {key: stats.get(key) for key in _STATS_KEPT}
+              for name, stats in measured_passes(record)}
+    out = {"op_name": record.get("op_name"), "id": record.get("id"),
+           "status": record.get("status"), "stats": passes,
+           "throughput": record.get("throughput"), "count": record.get("count"),
+           "original_us": record.get("original_us"),
+           "config_json": json.dumps(record.get("config"), separators=(",", ":"), default=str)}
+    if not passes and record.get("error"):
+        out["error"] = record["error"]
+    return out
+
+
+def _expanded(record: Dict[str, Any]) -> Dict[str, Any]:
+    """A compact record with its config decoded again."""
+    return dict(record, config=json.loads(record["config_json"]))
+
+
 def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
-    """(the HTML text, the sweeps plotted). A stream is read once; each record is kept
-    without its measured times (its stats computed first), so memory grows with the runs,
-    not with the samples."""
+    """(the HTML text, the sweeps plotted). A stream is read once; each run is kept compact
+    (:func:`_compact`: no measured times, the config as text), its latest record where an
+    appended file holds it twice, so memory grows with the runs, not the records or samples."""
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
-    by_op: Dict[str, List[Dict[str, Any]]] = {}
-    kept: List[Dict[str, Any]] = []
-    totals = WorkloadTotals()  # captured workloads with original times
+    kept: List[Dict[str, Any]] = []  # in file order; a later record of a run replaces it
+    places: Dict[Tuple[str, str], int] = {}
     for record in records:
+        key = (str(record.get("op_name")), str(record.get("id")))
+        if key in places:
+            kept[places[key]] = _compact(record)
+        else:
+            places[key] = len(kept)
+            kept.append(_compact(record))
+    by_op: Dict[str, List[Dict[str, Any]]] = {}
+    totals = WorkloadTotals()  # captured workloads with original times
+    for record in kept:
+        by_op.setdefault(str(record.get("op_name")), []).append(record)
         totals.add_json(record)
-        slim = without_samples(record)
-        kept.append(slim)
-        by_op.setdefault(str(record.get("op_name")), []).append(slim)
     title = title or f"param_compute report: {results.path.name}"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{_e(title)}</h1>", _about(results, len(kept)), "<h2>Sweeps</h2>"]
     sweeps: List[Sweep] = []
     for op, mine in by_op.items():
-        for sweep in find_sweeps(op, mine):
+        for sweep in find_sweeps(op, [_expanded(r) for r in mine]):  # one op's configs at once
             sweeps.append(sweep)
             parts.append(_sweep_html(sweep, len(sweeps), png_dir))
     if not sweeps:
@@ -166,7 +199,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     parts.append(roofline_section(kept))
     parts.append(totals_section(totals))
     parts.append("<h2>All runs</h2>")
-    parts.append(_table(kept))
+    parts.append(_table(_expanded(r) for r in kept))
     parts.append("</body></html>\n")
     return "".join(parts), sweeps
 

@@ -406,7 +406,8 @@ class LineReader:
         self.max_open = max_open
         self._open: Dict[Path, Any] = {}
 
-    def read(self, path: PathLike, line: Line) -> Dict[str, Any]:
+    def read(self, path: PathLike, number: int, offset: int, size: int) -> Dict[str, Any]:
+        """The object on line ``number`` (``size`` bytes from byte ``offset``) of ``path``."""
         path = Path(path)
         stream = self._open.pop(path, None)
         if stream is None:
@@ -415,13 +416,13 @@ class LineReader:
                 self._open.pop(oldest).close()
             stream = _open_regular(path)
         self._open[path] = stream  # the most recently used last
-        stream.seek(line.offset)
-        raw = stream.read(line.size)
-        value, why = _parse(raw) if len(raw) == line.size else (None, "cut short")
+        stream.seek(offset)
+        raw = stream.read(size)
+        value, why = _parse(raw) if len(raw) == size else (None, "cut short")
         if why is None:
             why = schema_problem(value)
         if why is not None:
-            raise ResultsFileError(f"{path}:{line.number}: changed while being read ({why})")
+            raise ResultsFileError(f"{path}:{number}: changed while being read ({why})")
         return value
 
     def close(self) -> None:
