@@ -24,13 +24,13 @@ policy says when lines reach the disk (see ``SYNC_*``). Torch-free.
 
 from param_compute.results.fields import (measured_passes, pass_samples,
                                           pass_throughput, peak_memory_mb)
-from param_compute.results.file.reading import (FINISH, HEADER, MAX_LINE_BYTES,
-                                                OTHER, RECORD, RESUME, Line, LineProblem,
-                                                LineReader,
-                                                ResultsFile, ResultsFileError, ResultsStream,
-                                                iter_results, line_kind, load_results,
+from param_compute.results.file.reading import (MAX_LINE_BYTES, Line, LineProblem,
+                                                LineReader, ResultsFile, ResultsFileError,
+                                                ResultsStream, iter_results, load_results,
                                                 read_results, read_results_warned,
                                                 scan_lines, stream_results, warn_problem)
+from param_compute.results.file.schema import (FINISH, HEADER, OTHER, RECORD, RESUME,
+                                               line_kind, schema_problem)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
                                                 ResultsWriter, encode_line, repair_tail,
                                                 write_results)
@@ -40,4 +40,4 @@ __all__ = ["FINISH", "HEADER", "MAX_LINE_BYTES", "OTHER", "RECORD", "RESUME", "S
            "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "iter_results",
            "line_kind", "load_results", "measured_passes", "pass_samples", "pass_throughput",
            "peak_memory_mb", "read_results", "read_results_warned", "repair_tail", "scan_lines",
-           "stream_results", "warn_problem", "write_results"]
+           "schema_problem", "stream_results", "warn_problem", "write_results"]
