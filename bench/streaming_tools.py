@@ -122,7 +122,7 @@ def _check(tool: str, work: Path, records: int, output: str) -> str:
     if tool == "exporters":
         rows = _lines(work / "runs.csv") - 1
         # latency, throughput, bandwidth and peak memory of each record's forward pass
-        entries = _lines(work / "oss.json", b'  "benchmark": {')
+        entries = _lines(work / "oss.json", b"{\"benchmark\": {")
         if rows != records:
             return f"{rows} CSV rows, expected {records}"
         return "" if entries == 4 * records else f"{entries} OSS entries"
