@@ -175,6 +175,24 @@ def test_wrong_types_are_named_by_file_line_and_field(tool, tmp_path):
         assert "over 2 calls in 1 configs" in result.stdout  # the one usable run
 
 
+@pytest.mark.parametrize("tool", sorted(set(TOOLS) - {"merge"}))
+def test_numbers_too_large_for_a_float_are_wrong_types(tool, tmp_path):
+    """A count or a median of 10**400 would end in an OverflowError where it meets a float."""
+    lines = (HOSTILE / "base.json").read_text().splitlines()
+    huge_count, huge_median = json.loads(lines[1]), json.loads(lines[2])
+    huge_count["count"] = 10**400
+    huge_median["stats"] = {"forward": {"n": 6, "median": 10**400}}
+    path = tmp_path / "huge.json"
+    path.write_text("\n".join([lines[0], json.dumps(huge_count), json.dumps(huge_median),
+                               *lines[3:]]) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _tool(tool, path, out)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert f"{path}:2: run record's count is not a whole number from 0 to" in result.stderr
+    assert f"{path}:3: run record's stats.forward.median is not a number" in result.stderr
+
+
 def test_workload_totals_skips_a_string_count_in_process(tmp_path, capsys):
     from param_compute.results.workload_totals import main
 

@@ -37,8 +37,16 @@ _THROUGHPUT_TEXT = ("bound",)
 _NUMERIC_METRICS = ("measure.time", "measure.gpu.memory")
 
 
+#: The largest whole number taken as a number (beyond it an int no longer converts to float).
+MAX_INT = 2**63
+#: The largest ``count`` (a config's calls in a workload): exact in a float.
+MAX_COUNT = 2**53
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, float):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and -MAX_INT <= value <= MAX_INT
 
 
 def _pass_problem(key: str, name: str, entry: Any) -> Optional[str]:
@@ -84,8 +92,8 @@ def schema_problem(value: Dict[str, Any]) -> Optional[str]:
         if value.get(key) is not None and not isinstance(value[key], dict):
             return f"run record's {key} is not an object"
     count = value.get("count")
-    if count is not None and not (type(count) is int and count >= 0):  # noqa: E721 (no bool)
-        return "run record's count is not a whole number >= 0"
+    if count is not None and not (type(count) is int and 0 <= count <= MAX_COUNT):  # noqa: E721
+        return f"run record's count is not a whole number from 0 to {MAX_COUNT}"
     for name, item in (value.get("original_us") or {}).items():
         if name in ("cpu", "device") and not (item is None or _is_number(item)):
             return f"run record's original_us.{name} is not a number"
