@@ -16,7 +16,7 @@ import html
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from param_compute.formatting import format_ms
 from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
@@ -142,64 +142,64 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
 _STATS_KEPT = ("n", "median", "p10", "p90")
 
 
-def _compact(record: Dict[str, Any]) -> Dict[str, Any]:
-    """What the report keeps of a record while the file is read: the stats it shows, the
-    rates, a captured config's count and original time, the error of a run without any
-    measured pass, and the config as compact JSON text (decoded again one operator at a time);
-    the measured times are dropped."""
+def _compact(record: Dict[str, Any]) -> str:
+    """What the report keeps of a record while the file is read, as compact JSON text: the
+    stats it shows, the rates, a captured config's count and original time, the error of a
+    run without any measured pass, and the config; the measured times are dropped. (Text: a
+    few hundred bytes a run, where the parsed objects take several KB.)"""
     passes = {name: {key: stats.get(key) for key in _STATS_KEPT}
               for name, stats in measured_passes(record)}
     out = {"op_name": record.get("op_name"), "id": record.get("id"),
-           "status": record.get("status"), "stats": passes,
-           "throughput": record.get("throughput"), "count": record.get("count"),
-           "original_us": record.get("original_us"),
-           "config_json": json.dumps(record.get("config"), separators=(",", ":"), default=str)}
+           "status": record.get("status"), "stats": passes}
+    for key in ("throughput", "count", "original_us", "config"):
+        out[key] = record.get(key)
     if not passes and record.get("error"):
         out["error"] = record["error"]
-    return out
-
-
-def _expanded(record: Dict[str, Any]) -> Dict[str, Any]:
-    """A compact record with its config decoded again."""
-    return dict(record, config=json.loads(record["config_json"]))
+    return json.dumps(out, separators=(",", ":"), default=str)
 
 
 def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
     """(the HTML text, the sweeps plotted). A stream is read once; each run is kept compact
-    (:func:`_compact`: no measured times, the config as text), its latest record where an
-    appended file holds it twice, so memory grows with the runs, not the records or samples."""
+    (:func:`_compact`), its latest record where an appended file holds it twice, and decoded
+    again one operator at a time (sweeps) or one record at a time (roofline, totals, table):
+    memory grows with the runs, not with the records or samples."""
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
-    kept: List[Dict[str, Any]] = []  # in file order; a later record of a run replaces it
+    kept: List[str] = []  # in file order; a later record of a run replaces it
     places: Dict[Tuple[str, str], int] = {}
+    by_op: Dict[str, List[int]] = {}
     for record in records:
         key = (str(record.get("op_name")), str(record.get("id")))
         if key in places:
             kept[places[key]] = _compact(record)
-        else:
-            places[key] = len(kept)
-            kept.append(_compact(record))
-    by_op: Dict[str, List[Dict[str, Any]]] = {}
-    totals = WorkloadTotals()  # captured workloads with original times
-    for record in kept:
-        by_op.setdefault(str(record.get("op_name")), []).append(record)
-        totals.add_json(record)
+            continue
+        places[key] = len(kept)
+        by_op.setdefault(key[0], []).append(len(kept))
+        kept.append(_compact(record))
+    del places
+
+    def decoded(indexes: Iterable[int] = range(len(kept))) -> Iterator[Dict[str, Any]]:
+        return (json.loads(kept[i]) for i in indexes)
+
     title = title or f"param_compute report: {results.path.name}"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{_e(title)}</h1>", _about(results, len(kept)), "<h2>Sweeps</h2>"]
     sweeps: List[Sweep] = []
     for op, mine in by_op.items():
-        for sweep in find_sweeps(op, [_expanded(r) for r in mine]):  # one op's configs at once
+        for sweep in find_sweeps(op, list(decoded(mine))):  # one op's records at once
             sweeps.append(sweep)
             parts.append(_sweep_html(sweep, len(sweeps), png_dir))
     if not sweeps:
         parts.append("<p class=\"note\">No operator sweeps a numeric dimension over measured "
                      "runs (a dry run, or fixed configs only).</p>")
-    parts.append(roofline_section(kept))
+    parts.append(roofline_section(decoded()))
+    totals = WorkloadTotals()  # captured workloads with original times
+    for record in decoded():
+        totals.add_json(record)
     parts.append(totals_section(totals))
     parts.append("<h2>All runs</h2>")
-    parts.append(_table(_expanded(r) for r in kept))
+    parts.append(_table(decoded()))
     parts.append("</body></html>\n")
     return "".join(parts), sweeps
 
