@@ -115,6 +115,19 @@ def test_a_run_failed_in_both_files_is_no_new_failure(tmp_path):
     assert "not judged" not in result.stdout and "not measured in BASE: 1" in result.stdout
 
 
+def test_records_without_a_status_are_judged_as_param_wrote_them(tmp_path):
+    """PARAM's records have no status: measured runs, judged by their times either way."""
+    lines = [json.loads(line) for line in (HOSTILE / "base.json").read_text().splitlines()]
+    for line in lines:
+        line.pop("status", None)
+    param = tmp_path / "param.json"
+    param.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for base, new in ((HOSTILE / "base.json", param), (param, HOSTILE / "base.json")):
+        result = run_cli(base, new, "--fail-on-regression", "20", module=COMPARE)
+        assert result.returncode == 0, result.stdout
+        assert "regression gate passed" in result.stdout
+
+
 def test_a_later_record_of_a_run_replaces_an_earlier_one(tmp_path):
     """An appended file (-a) holds a run twice; the later record is the one judged."""
     base = (HOSTILE / "base.json").read_text().splitlines()

@@ -144,6 +144,12 @@ class _Shared:
         return self._values.setdefault(value, value)
 
 
+def _status(record: Dict[str, Any]) -> str:
+    """A record's status as text; ``ok`` where it has none (PARAM writes none: its records are
+    runs that measured)."""
+    return str(record.get("status", "ok"))[:40]
+
+
 def _fingerprint(config: Any, shared: _Shared) -> Tuple[Tuple[str, ...], bytes]:
     """A config's identity in little memory: its top-level keys and an 8-byte digest of each
     part's canonical JSON (enough to say whether two configs are equal, and which part
@@ -206,7 +212,7 @@ def _read_base(stream: ResultsStream, shared: _Shared) -> Dict[Tuple[str, str], 
         passes = _record_passes(record)
         runs[(sys.intern(op), run_id)] = _BaseRun(
             _fingerprint(record.get("config"), shared),
-            sys.intern(str(record.get("status"))[:40]),
+            sys.intern(_status(record)),
             shared(tuple(name for name, _, _ in passes)),
             tuple(_kept(times) if times else None for _, times, _ in passes))
     return runs
@@ -271,7 +277,7 @@ def compare_streams(base: ResultsStream, new: ResultsStream, alpha: float = 0.05
     only_new: Dict[PassKey, None] = {}
     for _, record in new:
         op, run_id = run_of(record)
-        status = str(record.get("status"))[:40]
+        status = _status(record)
         passes = {name: (times, why) for name, times, why in _record_passes(record)}
         run = base_runs.get((op, run_id))
         for name in passes:
