@@ -15,10 +15,11 @@ turns any such mismatch into exit 2.
 
 The gate fails closed: every pass measured in BASE must be judged in NEW. One that is not gets
 one reason word: ``missing`` (no such run in NEW), ``failed`` (an error record), ``status`` (a
-status other than ok, PARAM's records having none count as ok; a run with the same status in BASE, e.g. failed in both, is judged by its
-times), ``unmeasured`` (no measured time, e.g. ``-i 0``), ``non-finite`` (NaN or
-infinite times) or ``config`` (another config under the same id). Those runs, a NEW without
-run records, files whose settings differ (without ``--across-settings``) and a comparison that
+status other than ok; PARAM's records have none and count as ok; a run with the same status in
+BASE, e.g. failed in both, is judged by its times), ``unmeasured`` (no measured time, e.g.
+``-i 0``), ``non-finite`` (NaN or infinite times) or ``config`` (another config under the same
+id). Those runs, a NEW without run records, files whose settings differ (without
+``--across-settings``) and a comparison that
 judged nothing all fail ``--fail-on-regression``; without it they are shown all the same.
 
 Both files are read in one pass each, BASE first: memory grows with the number of runs, not
