@@ -19,8 +19,8 @@ status other than ok; PARAM's records have none and count as ok; a run with the 
 BASE, e.g. failed in both, is judged by its times), ``unmeasured`` (no measured time, e.g.
 ``-i 0``), ``non-finite`` (NaN or infinite times) or ``config`` (another config under the same
 id). Those runs, a NEW without run records, files whose settings differ (without
-``--across-settings``) and a comparison that
-judged nothing all fail ``--fail-on-regression``; without it they are shown all the same.
+``--across-settings``) and a comparison that judged nothing all fail ``--fail-on-regression``;
+without it they are shown all the same.
 
 Both files are read in one pass each, BASE first: memory grows with the number of runs, not
 with records or bytes (see :mod:`param_compute.results.comparison`).
