@@ -161,7 +161,10 @@ def test_non_finite_times_are_no_times(good_lines, tmp_path):
     good.write_text("".join(json.dumps(line) + "\n" for line in good_lines))
     result = run_cli(good, path, module="param_compute.results.compare")
     assert result.returncode == 0, result.stderr
-    assert "not measured in both: 1" in result.stdout
+    assert "not judged: non-finite 1" in result.stdout
+    gate = run_cli(good, path, "--fail-on-regression", "50",
+                   module="param_compute.results.compare")
+    assert gate.returncode == 1 and "(non-finite 1)" in gate.stdout
 
 
 def test_compare_refuses_apples_to_oranges(good_lines, tmp_path):

@@ -13,8 +13,20 @@ whose settings differ (device, threads, timing mode, CUDA graphs, compilation, L
 compared at all unless ``--across-settings`` says that difference is the point. ``--strict``
 turns any such mismatch into exit 2.
 
+The gate fails closed: every pass measured in BASE must be judged in NEW. One that is not gets
+one reason word: ``missing`` (no such run in NEW), ``failed`` (an error record), ``status`` (a
+status other than ok; PARAM's records have none and count as ok; a run with the same status in
+BASE, e.g. failed in both, is judged by its times), ``unmeasured`` (no measured time, e.g.
+``-i 0``), ``non-finite`` (NaN or infinite times) or ``config`` (another config under the same
+id). Those runs, a NEW without run records, files whose settings differ (without
+``--across-settings``) and a comparison that judged nothing all fail ``--fail-on-regression``;
+without it they are shown all the same.
+
+Both files are read in one pass each, BASE first: memory grows with the number of runs, not
+with records or bytes (see :mod:`param_compute.results.comparison`).
+
 Exit status: 0; 1 with ``--fail-on-regression PCT`` when some run is significantly slower by
-more than PCT percent, or measured in BASE but failed in NEW; 2 when an input is missing or not a
+more than PCT percent or the gate fails closed as above; 2 when an input is missing or not a
 results file, or with ``--strict`` when runs or settings do not match.
 """
 
@@ -24,146 +36,25 @@ import argparse
 import csv
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from param_compute.plan.runkey import key_of
-from param_compute.results.fields import measured_passes, pass_samples, run_of
-from param_compute.results.file import ResultsFile, ResultsFileError, read_results_warned
-from param_compute.results.significance import Comparison, compare_samples
+from param_compute.results.comparison import (GATE_REASONS, CompareReport, PassKey, Row,
+                                              compare_files, compare_streams, settings_diff)
+from param_compute.results.file import ResultsFileError
+from param_compute.results.significance import Comparison
 from param_compute.formatting import format_ms
+
+__all__ = ["GATE_REASONS", "CompareReport", "Row", "compare_files", "compare_streams",
+           "settings_diff", "render", "write_csv", "main"]
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
 
 CSV_COLUMNS = ["op", "id", "pass", "base_median_ms", "new_median_ms", "base_n", "new_n",
                "speedup", "change_pct", "ratio_low", "ratio_high", "p_value", "verdict"]
 
-PassKey = Tuple[str, str, str]  # (op, id, pass)
-
-
-@dataclass
-class Row:
-    op: str
-    id: str
-    pass_name: str
-    base_n: int
-    new_n: int
-    result: Comparison
-
-
-@dataclass
-class CompareReport:
-    rows: List[Row]
-    only_base: List[PassKey]
-    only_new: List[PassKey]
-    failed_new: List[PassKey]  # measured in BASE, an error record in NEW
-    unmeasured: List[PassKey]  # in both files, measured in neither or one (dry runs...)
-    #: Pairs not compared because they measured different things: (key, why).
-    mismatched: List[Tuple[PassKey, str]] = field(default_factory=list)
-    #: How the two files' settings differ ("device: cpu in BASE, cuda:0 in NEW"...).
-    settings_diff: List[str] = field(default_factory=list)
-
-    def geomean(self, op: Optional[str] = None) -> Optional[float]:
-        speedups = [r.result.speedup for r in self.rows if op is None or r.op == op]
-        speedups = [s for s in speedups if 0 < s < math.inf]
-        if not speedups:
-            return None
-        return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-
-    def regressions(self, threshold_pct: float) -> List[Row]:
-        return [r for r in self.rows if r.result.verdict == "slower"
-                and r.result.change_pct > threshold_pct]
-
-
-def _passes(results: ResultsFile) -> Dict[PassKey, Tuple[dict, Optional[str]]]:
-    """(op, id, pass) -> (record, pass or None): measured passes, plus one None entry for a
-    record without any (failed or planned), keyed by pass ``-``."""
-    out: Dict[PassKey, Tuple[dict, Optional[str]]] = {}
-    for record in results.records:
-        op, run_id = run_of(record)
-        names = [name for name, _ in measured_passes(record)]
-        for name in names:
-            out[(op, run_id, name)] = (record, name)
-        if not names:
-            out[(op, run_id, "-")] = (record, None)
-    return out
-
-
-#: Run options that make times incomparable when they differ between two files.
-SETTINGS_KEYS = ("device", "num_threads", "exec_mode", "cuda_graph", "pt2_model",
-                 "cuda_l2_cache")
-
-
-def settings_diff(base: ResultsFile, new: ResultsFile) -> List[str]:
-    """How the measuring settings of two results files differ (empty: they agree). A key one
-    file does not record (PARAM's files lack some) is not a difference; the ``cuda_*`` keys
-    only count on a CUDA device."""
-    out = []
-    devices = (str(base.run_options.get("device")), str(new.run_options.get("device")))
-    on_cuda = any(d.startswith("cuda") for d in devices)
-    for key in SETTINGS_KEYS:
-        a, b = base.run_options.get(key), new.run_options.get(key)
-        if a is None or b is None or (key.startswith("cuda_") and not on_cuda):
-            continue
-        if a != b:
-            out.append(f"{key}: {a!r} in BASE, {b!r} in NEW")
-    return out
-
-
-def _config_diff(a: object, b: object) -> Optional[str]:
-    """Which part of two records' configs differs, or None when they are equal."""
-    if a == b:
-        return None
-    if isinstance(a, dict) and isinstance(b, dict):
-        parts = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-        return "config differs (" + ", ".join(str(p) for p in parts[:4]) + ")"
-    return "config differs"
-
-
-def compare_results(base: ResultsFile, new: ResultsFile, alpha: float = 0.05,
-                    resamples: int = 2000, across_settings: bool = False) -> CompareReport:
-    base_passes, new_passes = _passes(base), _passes(new)
-    report = CompareReport([], [], [], [], [])
-    report.settings_diff = settings_diff(base, new)
-    settings_block = bool(report.settings_diff) and not across_settings
-    new_status = {run_of(r): r.get("status") for r in new.records}
-    base_runs = {key[:2] for key in base_passes}
-    for key, (base_record, name) in base_passes.items():
-        if key[:2] not in new_status:
-            report.only_base.append(key)
-            continue
-        if key not in new_passes:
-            # the run is in both files but NEW lacks this pass: failed, or not measured
-            failed = name is not None and new_status[key[:2]] == "error"
-            target = report.failed_new if failed else report.unmeasured
-            target.append(key)
-            continue
-        new_record, new_name = new_passes[key]
-        if name is None or new_name is None:
-            report.unmeasured.append(key)
-            continue
-        why = _config_diff(base_record.get("config"), new_record.get("config"))
-        if why is None and settings_block:
-            why = "settings differ"
-        if why is not None:
-            report.mismatched.append((key, why))
-            continue
-        base_times, new_times = pass_samples(base_record, name), pass_samples(new_record, name)
-        if not base_times or not new_times:
-            report.unmeasured.append(key)
-            continue
-        report.rows.append(Row(key[0], key[1], name, len(base_times), len(new_times),
-                               compare_samples(base_times, new_times, alpha, resamples)))
-    for key in new_passes:
-        if key[:2] not in base_runs:
-            report.only_new.append(key)
-    return report
-
-
 # --- output ---------------------------------------------------------------------------------
-
-
 
 def _speedup(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.3f}x"
@@ -179,6 +70,13 @@ def _interval(result: Comparison) -> str:
 
 def _key_text(key: PassKey) -> str:
     return key_of(key[0], key[1]) + (f" ({key[2]})" if key[2] != "-" else "")
+
+
+def _listed(console, label: str, items: List[str]) -> None:
+    if items:
+        more = f", ... {len(items) - 10} more" if len(items) > 10 else ""
+        console.print(f"{label}: {len(items)}: {', '.join(items[:10])}{more}", soft_wrap=True,
+                      highlight=False)
 
 
 def render(report: CompareReport, base_path: Path, new_path: Path, console,
@@ -211,40 +109,51 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
     if len(rows) > max_rows:
         console.print(f"... {len(rows) - max_rows} more rows (--max-rows, or --csv for all)")
 
-    ops = list(dict.fromkeys(r.op for r in report.rows))
-    if ops:
+    by_op: Dict[str, Dict[str, int]] = {}
+    for row in report.rows:
+        counts = by_op.setdefault(row.op, {"faster": 0, "slower": 0, "same": 0})
+        counts[row.result.verdict] += 1
+    if by_op:
         summary = Table(title="geometric mean speedup (NEW vs BASE)", title_justify="left")
         for column, justify in (("op", "left"), ("passes", "right"), ("geomean", "right"),
                                 ("faster", "right"), ("slower", "right"), ("same", "right")):
             summary.add_column(column, justify=justify)
-        for op in ops + [None]:
-            mine = [r for r in report.rows if op is None or r.op == op]
-            counts = {v: sum(1 for r in mine if r.result.verdict == v)
-                      for v in ("faster", "slower", "same")}
-            summary.add_row("[bold]overall[/bold]" if op is None else op, str(len(mine)),
-                            _speedup(report.geomean(op)), str(counts["faster"]),
-                            str(counts["slower"]), str(counts["same"]))
+        total = {v: sum(c[v] for c in by_op.values()) for v in ("faster", "slower", "same")}
+        for op, counts in list(by_op.items()) + [(None, total)]:
+            summary.add_row("[bold]overall[/bold]" if op is None else op,
+                            str(sum(counts.values())), _speedup(report.geomean(op)),
+                            str(counts["faster"]), str(counts["slower"]), str(counts["same"]))
         console.print(summary)
+    if report.gate:
+        gate = Table(title="measured in BASE, not judged in NEW: fails the gate",
+                     title_justify="left")
+        for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
+                                ("base", "right"), ("reason", "left"), ("", "left")):
+            gate.add_column(column, justify=justify)
+        for miss in report.gate[:max_rows]:
+            gate.add_row(miss.key[0], miss.key[1], miss.key[2], format_ms(miss.base_median),
+                         f"[red]{miss.reason}[/red]", miss.detail)
+        console.print(gate)
+        if len(report.gate) > max_rows:
+            console.print(f"... {len(report.gate) - max_rows} more (--csv lists them all)")
+        console.print("not judged: " + ", ".join(f"{reason} {n}" for reason, n
+                                                 in report.gate_counts().items()),
+                      highlight=False)
     if report.settings_diff:
         console.print("settings differ: " + "; ".join(report.settings_diff), soft_wrap=True,
                       highlight=False)
-    if report.mismatched:
-        shown = ", ".join(f"{_key_text(k)}: {why}" for k, why in report.mismatched[:10])
-        more = f", ... {len(report.mismatched) - 10} more" if len(report.mismatched) > 10 else ""
-        console.print(f"not compared (they measured different things): "
-                      f"{len(report.mismatched)}: {shown}{more}", soft_wrap=True,
-                      highlight=False)
-    for label, keys in (("only in BASE", report.only_base), ("only in NEW", report.only_new),
-                        ("failed in NEW (measured in BASE)", report.failed_new),
-                        ("not measured in both", report.unmeasured)):
-        if keys:
-            shown = ", ".join(_key_text(k) for k in keys[:10])
-            more = f", ... {len(keys) - 10} more" if len(keys) > 10 else ""
-            console.print(f"{label}: {len(keys)}: {shown}{more}", soft_wrap=True,
-                          highlight=False)
+    if report.new_records == 0:
+        console.print("NEW has no run records", highlight=False)
+    _listed(console, "not compared (they measured different things)",
+            [f"{_key_text(k)}: {why}" for k, why in report.mismatched])
+    for label, keys in (("only in BASE (not measured there)", report.only_base),
+                        ("only in NEW", report.only_new),
+                        ("not measured in BASE", report.unmeasured)):
+        _listed(console, label, [_key_text(k) for k in keys])
 
 
 def write_csv(report: CompareReport, path: Path) -> None:
+    """Every compared row, then every pass that failed the gate (its reason as the verdict)."""
     with open(path, "w", encoding="utf-8", newline="") as stream:
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(CSV_COLUMNS)
@@ -255,6 +164,9 @@ def write_csv(report: CompareReport, path: Path) -> None:
                              result.new_median, row.base_n, row.new_n, result.speedup,
                              result.change_pct, "" if low is None else low,
                              "" if high is None else high, result.p_value, result.verdict])
+        for miss in report.gate:
+            writer.writerow([*miss.key, miss.base_median, "", miss.base_n, "", "", "", "", "",
+                             "", miss.reason])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", type=Path, help="the baseline results file")
     p.add_argument("new", type=Path, help="the results file to judge")
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
-                   help="exit 1 when a run is significantly slower by more than PCT percent "
-                        "(or failed in NEW after being measured in BASE)")
+                   help="exit 1 when a run is significantly slower by more than PCT percent, "
+                        "or a run measured in BASE is missing, failed, unmeasured, non-finite, "
+                        "of another status or config in NEW, or NEW has no runs, or the "
+                        "settings differ (fails closed)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level (default 0.05; the interval is 1 - alpha)")
     p.add_argument("--resamples", type=int, default=2000,
@@ -289,20 +203,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must be between 0 and 1, got {args.alpha}", file=sys.stderr)
         return EXIT_INVALID
-    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+    if args.fail_on_regression is not None and not (0 <= args.fail_on_regression < math.inf):
         print("error: --fail-on-regression takes a percentage >= 0", file=sys.stderr)
         return EXIT_INVALID
     try:
-        base = read_results_warned(args.base)
-        new = read_results_warned(args.new)
+        report = compare_files(args.base, args.new, args.alpha, max(args.resamples, 0),
+                               args.across_settings)
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    report = compare_results(base, new, args.alpha, max(args.resamples, 0),
-                             args.across_settings)
     if args.strict and (report.mismatched or (report.settings_diff
                                               and not args.across_settings)):
         for line in report.settings_diff:
@@ -324,17 +236,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         console.print(f"csv: {args.csv}", highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
-        if regressions or report.failed_new:
-            worst = max(regressions, key=lambda r: r.result.change_pct, default=None)
-            parts = []
-            if regressions:
-                parts.append(f"{len(regressions)} run(s) significantly slower by more than "
-                             f"{args.fail_on_regression:g}% (worst {key_of(worst.op, worst.id)} "
-                             f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
-            if report.failed_new:
-                parts.append(f"{len(report.failed_new)} run(s) failed in NEW")
-            console.print(f"[red]regression[/red]: {'; '.join(parts)}", highlight=False)
+        parts = []
+        if regressions:
+            worst = max(regressions, key=lambda r: r.result.change_pct)
+            parts.append(f"{len(regressions)} run(s) significantly slower by more than "
+                         f"{args.fail_on_regression:g}% (worst {key_of(worst.op, worst.id)} "
+                         f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
+        parts.extend(report.gate_failures(args.across_settings))
+        if parts:
+            console.print(f"[red]regression gate failed[/red]: {'; '.join(parts)}",
+                          highlight=False, soft_wrap=True)
             return EXIT_REGRESSION
+        console.print("regression gate passed", highlight=False)
     return EXIT_OK
 
 

@@ -92,6 +92,16 @@ def _original_side(original_us: Any, device_side: bool) -> Optional[float]:
     return _number(original_us.get("cpu"))
 
 
+def ledger_fields(record: Dict[str, Any]) -> Dict[str, Any]:
+    """What :func:`build_ledger` reads of a record (kept while a file streams by): its key,
+    count, original time, status and forward median."""
+    forward = ((record.get("stats") or {}).get("forward") or {})
+    return {"op_name": record.get("op_name"), "id": record.get("id"),
+            "count": record.get("count"), "original_us": record.get("original_us"),
+            "status": record.get("status"),
+            "stats": {"forward": {"median": forward.get("median")}}}
+
+
 def build_ledger(records: Iterable[Dict[str, Any]],
                  extras: Iterable[Tuple[int, Dict[str, Any]]] = (),
                  run_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

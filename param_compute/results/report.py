@@ -13,17 +13,19 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from param_compute.formatting import format_ms
 from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
 from param_compute.results.fields import measured_passes, pass_throughput
-from param_compute.results.file import ResultsFile, ResultsFileError, read_results_warned
+from param_compute.results.file import (ResultsFile, ResultsFileError, ResultsStream,
+                                        stream_results)
 from param_compute.results.plots import plot_sweep
 from param_compute.results.roofline import roofline_section
-from param_compute.results.workload_totals import workload_section
+from param_compute.results.workload_totals import WorkloadTotals, totals_section
 from param_compute.results.sweeps import Sweep, find_sweeps
 
 TABLE_ROWS = 5000
@@ -60,7 +62,7 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _about(results: ResultsFile) -> str:
+def _about(results: Union[ResultsFile, ResultsStream], runs: int) -> str:
     info, options = results.sys_info, results.run_options
     finish = results.finish or {}
     items = [("results", results.path), ("spec", options.get("config_file")),
@@ -76,14 +78,14 @@ def _about(results: ResultsFile) -> str:
              ("runs", f"{finish.get('runs_ok', '?')} measured, "
                       f"{finish.get('runs_failed', '?')} failed, "
                       f"{finish.get('runs_dry', 0)} planned"
-              if finish else f"{len(results.records)} (no last line: the run did not finish)")]
+              if finish else f"{runs} (no last line: the run did not finish)")]
     if results.header.get("merged_shards"):
         items.append(("shards", len(results.header["merged_shards"].get("shards", []))))
     rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items if v not in (None, ""))
     return f"<dl>{rows}</dl>"
 
 
-def _table(records: Sequence[Dict[str, Any]]) -> str:
+def _table(records: Iterable[Dict[str, Any]]) -> str:
     head = ("op", "id", "pass", "status", "median", "p10", "p90", "n", "TFLOP/s", "GB/s",
             "shapes", "dtypes", "params")
     out = ["<table><thead><tr>", "".join(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
@@ -136,36 +138,77 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
             f"{base64.b64encode(png).decode('ascii')}\">")
 
 
-def _ledger_html(results: ResultsFile) -> str:
+def _ledger_html(records: Iterable[Dict[str, Any]],
+                 results: Union[ResultsFile, ResultsStream]) -> str:
     """The fidelity ledger of a captured workload, first (``results.ledger``; empty else)."""
     from param_compute.results.ledger import build_ledger, ledger_section
 
-    return ledger_section(build_ledger(results.records, results.extras, results.run_options))
+    return ledger_section(build_ledger(records, results.extras, results.run_options))
 
 
-def build_report(results: ResultsFile, title: Optional[str] = None,
+#: What the report reads of each pass's stats (the sweeps and the table).
+_STATS_KEPT = ("n", "median", "p10", "p90")
+
+
+def _compact(record: Dict[str, Any]) -> str:
+    """What the report keeps of a record while the file is read, as compact JSON text: the
+    stats it shows, the rates, a captured config's count and original time, the error of a
+    run without any measured pass, and the config; the measured times are dropped. (Text: a
+    few hundred bytes a run, where the parsed objects take several KB.)"""
+    passes = {name: {key: stats.get(key) for key in _STATS_KEPT}
+              for name, stats in measured_passes(record)}
+    out = {"op_name": record.get("op_name"), "id": record.get("id"),
+           "status": record.get("status"), "stats": passes}
+    for key in ("throughput", "count", "original_us", "config"):
+        out[key] = record.get(key)
+    if not passes and record.get("error"):
+        out["error"] = record["error"]
+    return json.dumps(out, separators=(",", ":"), default=str)
+
+
+def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
-    """(the HTML text, the sweeps plotted)."""
-    by_op: Dict[str, List[Dict[str, Any]]] = {}
-    for record in results.records:
-        by_op.setdefault(str(record.get("op_name")), []).append(record)
+    """(the HTML text, the sweeps plotted). A stream is read once; each run is kept compact
+    (:func:`_compact`), its latest record where an appended file holds it twice, and decoded
+    again one operator at a time (sweeps) or one record at a time (roofline, totals, table):
+    memory grows with the runs, not with the records or samples."""
+    records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
+    kept: List[str] = []  # in file order; a later record of a run replaces it
+    places: Dict[Tuple[str, str], int] = {}
+    by_op: Dict[str, List[int]] = {}
+    for record in records:
+        key = (str(record.get("op_name")), str(record.get("id")))
+        if key in places:
+            kept[places[key]] = _compact(record)
+            continue
+        places[key] = len(kept)
+        by_op.setdefault(key[0], []).append(len(kept))
+        kept.append(_compact(record))
+    del places
+
+    def decoded(indexes: Iterable[int] = range(len(kept))) -> Iterator[Dict[str, Any]]:
+        return (json.loads(kept[i]) for i in indexes)
+
     title = title or f"param_compute report: {results.path.name}"
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>", _about(results), _ledger_html(results),
-             "<h2>Sweeps</h2>"]
+             f"<h1>{_e(title)}</h1>", _about(results, len(kept)),
+             _ledger_html(decoded(), results), "<h2>Sweeps</h2>"]
     sweeps: List[Sweep] = []
-    for op, records in by_op.items():
-        for sweep in find_sweeps(op, records):
+    for op, mine in by_op.items():
+        for sweep in find_sweeps(op, list(decoded(mine))):  # one op's records at once
             sweeps.append(sweep)
             parts.append(_sweep_html(sweep, len(sweeps), png_dir))
     if not sweeps:
         parts.append("<p class=\"note\">No operator sweeps a numeric dimension over measured "
                      "runs (a dry run, or fixed configs only).</p>")
-    parts.append(roofline_section(results.records))
-    parts.append(workload_section(results.records))  # captured workloads with original times
+    parts.append(roofline_section(decoded()))
+    totals = WorkloadTotals()  # captured workloads with original times
+    for record in decoded():
+        totals.add_json(record)
+    parts.append(totals_section(totals))
     parts.append("<h2>All runs</h2>")
-    parts.append(_table(results.records))
+    parts.append(_table(decoded()))
     parts.append("</body></html>\n")
     return "".join(parts), sweeps
 
@@ -186,20 +229,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError:
         print("error: the report needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 2
-    try:
-        results = read_results_warned(args.results)
+    output = args.output or args.results.with_suffix(".html")
+    if output.resolve() == args.results.resolve():
+        print(f"error: the report {output} would overwrite the results file; give -o",
+              file=sys.stderr)
+        return 2
+    try:  # one pass; unusable lines warned (file:line) as they are met and left out
+        results = stream_results(args.results)
+        text, sweeps = build_report(results, args.title, args.png_dir)
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    output = args.output or args.results.with_suffix(".html")
-    text, sweeps = build_report(results, args.title, args.png_dir)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         print(f"error: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"{output}: {len(sweeps)} sweep plot(s), {len(results.records)} runs "
+    print(f"{output}: {len(sweeps)} sweep plot(s), {results.records_read} runs "
           f"({len(text) / 1024:.0f} KiB)")
     return 0
 

@@ -13,6 +13,7 @@ Both are deterministic (a fixed seed), need nothing beyond the standard library,
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ def _ranks(values: Sequence[float]) -> Tuple[List[float], List[int]]:
     return ranks, ties
 
 
-def _u_distribution(m: int, n: int) -> List[int]:
+@functools.lru_cache(maxsize=256)
+def _u_distribution(m: int, n: int) -> Tuple[int, ...]:
     """Counts of each U = 0..m*n over all C(m+n, m) orderings (Gaussian binomial coefficients)."""
     size = m * n + 1
     poly = [0] * size
@@ -55,7 +57,7 @@ def _u_distribution(m: int, n: int) -> List[int]:
             poly[k] -= poly[k - shift]
         for k in range(i, size):
             poly[k] += poly[k - i]
-    return poly
+    return tuple(poly)
 
 
 def mann_whitney(base: Sequence[float], new: Sequence[float]) -> Tuple[float, float]:
@@ -115,7 +117,7 @@ def median_ratio_interval(base: Sequence[float], new: Sequence[float], confidenc
     return quantile(ratios, tail), quantile(ratios, 1 - tail)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Comparison:
     """BASE vs NEW for one run and pass. ``speedup`` = median(base) / median(new) (>1: NEW
     faster); ``ratio_interval`` bounds median(new) / median(base)."""

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from param_compute.results.fields import record_stats
 from param_compute.results.records import STATUS_OK, RunRecord
 from param_compute.results.stats import summarize
 
@@ -63,9 +65,12 @@ class WorkloadTotals:
         count = record.get("count")
         if count is None:
             return
-        median = ((record.get("stats") or {}).get(WORKLOAD_PASS) or {}).get("median")
-        if record.get("status") != STATUS_OK:
-            median = None
+        stats = record_stats(record)  # computed where the file has none (PARAM's)
+        median = ((stats if isinstance(stats, dict) else {}).get(WORKLOAD_PASS) or {}).get(
+            "median")
+        if record.get("status") != STATUS_OK or not isinstance(median, (int, float)) \
+                or not math.isfinite(median):
+            median = None  # failed, or no usable time
         self._add(record["op_name"], record["id"], median, count, record.get("original_us"))
 
     def _add(self, op_name: str, run_id: str, median: Optional[float], count: int,
@@ -135,14 +140,19 @@ def format_comparison(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def workload_section(records: List[Dict[str, Any]]) -> str:
+def workload_section(records: Iterable[Dict[str, Any]]) -> str:
     """The HTML report's section for a captured workload whose records carry original times:
     replayed time per op beside production's (empty for other results)."""
-    from html import escape
-
     totals = WorkloadTotals()
     for record in records:
         totals.add_json(record)
+    return totals_section(totals)
+
+
+def totals_section(totals: WorkloadTotals) -> str:
+    """:func:`workload_section` from totals summed as the records were read."""
+    from html import escape
+
     rows = comparison_rows(totals)
     if not rows:
         return ""
@@ -165,8 +175,9 @@ def workload_section(records: List[Dict[str, Any]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
-    time per op beside the original time (from ``original_us``). Exit 2: unreadable file."""
-    from param_compute.results.file import ResultsFileError, read_results
+    time per op beside the original time (from ``original_us``), the file read once. Exit 2:
+    unreadable file; lines of wrong types are warned (file, line, field) and left out."""
+    from param_compute.results.file import ResultsFileError, stream_results
 
     parser = argparse.ArgumentParser(
         prog="python -m param_compute.workload_totals",
@@ -176,22 +187,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", action="store_true",
                         help="print the fidelity ledger as one JSON object (results.ledger)")
     args = parser.parse_args(argv)
-    try:
-        results = read_results(args.results)
+    from param_compute.results.ledger import build_ledger, format_ledger, ledger_fields
+
+    totals = WorkloadTotals()
+    kept = {}  # what the ledger reads of each run (its latest record): a few numbers
+    try:  # one pass; unusable lines (a count that is no number...) warned with file and line
+        results = stream_results(args.results)
+        for _, record in results:
+            totals.add_json(record)
+            kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
     except (OSError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from param_compute.results.ledger import build_ledger, format_ledger
-
-    ledger = build_ledger(results.records, results.extras, results.run_options)
+    if results.problem_count:
+        print(f"warning: {results.problem_count} line(s) of {args.results} not used (listed "
+              "above)", file=sys.stderr)
+    ledger = build_ledger(kept.values(), results.extras, results.run_options)
+    del kept
     if args.json:
         import json
 
         print(json.dumps(ledger, indent=1))
         return 0
-    totals = WorkloadTotals()
-    for record in results.records:
-        totals.add_json(record)
     print(f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
           f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
                                          f"({totals.failed_calls} calls) not measured"

@@ -11,14 +11,14 @@ import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from param_compute.results.file.schema import (FINISH, HEADER, RECORD, RESUME, line_kind,
+                                               schema_problem)
 
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
 #: every measured time of its passes; 64 MiB is some millions of them.
 MAX_LINE_BYTES = 64 * 2**20
-
-#: Line kinds.
-HEADER, RECORD, FINISH, RESUME, OTHER = "header", "record", "finish", "resume", "other"
 
 _CHUNK = 1 << 16
 PathLike = Union[str, "os.PathLike[str]"]
@@ -55,52 +55,6 @@ class Line:
     @property
     def kind(self) -> Optional[str]:
         return None if self.value is None else line_kind(self.value)
-
-
-def line_kind(value: Dict[str, Any]) -> str:
-    """Which kind of line a JSON object is (``HEADER``, ``RECORD``, ``FINISH``, ``RESUME`` or
-    ``OTHER``: a profiler batch line...)."""
-    if "run_options" in value and "sys_info" in value:
-        return HEADER
-    if "op_name" in value and "id" in value:
-        return RECORD
-    if "finish_time" in value:
-        return FINISH
-    if "resume_time" in value:
-        return RESUME
-    return OTHER
-
-
-#: Fields of a run record the tools read, and the JSON type each must have when present.
-_RECORD_TEXT = ("op_name", "id", "status")
-_RECORD_OBJECTS = ("config", "metric", "stats", "throughput", "error", "target", "verify")
-_NAMES = {dict: "an object", list: "an array", str: "a string"}
-
-
-def schema_problem(value: Dict[str, Any]) -> Optional[str]:
-    """What makes a parsed line unusable for the tools (wrong types where they read), or None:
-    a header's ``run_options`` and ``sys_info`` are objects; a record's ``op_name``, ``id`` and
-    ``status`` are strings, its ``config``, ``metric``, ``stats``... objects, and each pass of
-    ``metric``/``stats``/``throughput`` an object too."""
-    kind = line_kind(value)
-    if kind == HEADER:
-        for key in ("run_options", "sys_info"):
-            if not isinstance(value[key], dict):
-                return f"header's {key} is not an object"
-        return None
-    if kind != RECORD:
-        return None
-    for key in _RECORD_TEXT:
-        if key in value and not isinstance(value[key], str):
-            return f"run record's {key} is not a string"
-    for key in _RECORD_OBJECTS:
-        if value.get(key) is not None and not isinstance(value[key], dict):
-            return f"run record's {key} is not an object"
-    for key in ("metric", "stats", "throughput"):
-        for name, entry in (value.get(key) or {}).items():
-            if not isinstance(entry, dict):
-                return f"run record's {key}.{name} is not an object"
-    return None
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -159,11 +113,14 @@ def _parse(raw: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     return value, None
 
 
-def scan_lines(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Line]:
+def scan_lines(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator[Line]:
     """Every non-blank line of a file, in order, with its object or its problem (the torn-line
     rule applied). Holds one line at a time. Raises :class:`ResultsFileError` when the file
-    can't be opened or is not a regular file."""
+    can't be opened or is not a regular file. ``max_line_bytes``: :data:`MAX_LINE_BYTES` (read
+    when called) unless given."""
     path = Path(path)
+    if max_line_bytes is None:
+        max_line_bytes = MAX_LINE_BYTES
     with _open_regular(path) as stream:
         number = offset = 0
         while True:
@@ -206,7 +163,7 @@ def _not_results(path: Path, why: str) -> ResultsFileError:
                             "that python -m param_compute.run_benchmark writes")
 
 
-def iter_results(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Line]:
+def iter_results(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator[Line]:
     """:func:`scan_lines` of a results file: the first line must be a usable header, else
     :class:`ResultsFileError`; an empty file is an error too."""
     path = Path(path)
@@ -267,39 +224,155 @@ class ResultsFile:
         return [f"{p.describe(self.path)} (line not used)" for p in self.problems]
 
 
-def read_results(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> ResultsFile:
-    """Read a results file; raise :class:`ResultsFileError` with a plain message if it is not
-    one. Damaged lines are in ``problems``, not silently dropped."""
-    path = Path(path)
-    out: Optional[ResultsFile] = None
-    seen: Dict[Tuple[str, str], int] = {}
-    for line in iter_results(path, max_line_bytes):
-        if out is None:
-            out = ResultsFile(path, line.value)
-        if line.problem is not None:
-            out.problems.append(line.problem)
-            continue
-        kind = line.kind
-        if kind == HEADER:
-            out.headers.append(line.value)
-            seen = {}  # one run (header to finish): each op|id once
-        elif kind == RECORD:
-            key = (line.value["op_name"], line.value["id"])
-            if key in seen:
-                out.problems.append(LineProblem(
-                    line.number, line.offset, line.size, f"duplicate run {key[0]}|{key[1]} "
-                    f"(also on line {seen[key]} of the same run)"))
+#: The most problems a :class:`ResultsStream` keeps (each is reported as it is met; beyond
+#: this only counted, so a file of damaged lines cannot grow the reader's memory).
+MAX_KEPT_PROBLEMS = 1000
+
+ProblemHandler = Callable[[Path, LineProblem], None]
+
+
+class ResultsStream:
+    """One pass over a results file, a record at a time: memory bounded by the number of runs
+    (the duplicate check keeps each run's key), not by records or bytes.
+
+    Opening reads the header (:class:`ResultsFileError` if the file is not a results file);
+    iterating yields ``(line number, record)`` for each usable run record, in file order, and
+    collects the other lines (``headers``, ``finishes``, ``markers``, ``extras``). Each
+    unusable line (damaged, wrong types, a duplicate run within one run) is passed to
+    ``on_problem`` as it is met and counted in ``problem_count``; the first
+    :data:`MAX_KEPT_PROBLEMS` are kept in ``problems``.
+    """
+
+    def __init__(self, path: PathLike, max_line_bytes: Optional[int] = None,
+                 on_problem: Optional[ProblemHandler] = None):
+        self.path = Path(path)
+        self.on_problem = on_problem
+        self.headers: List[Dict[str, Any]] = []
+        self.finishes: List[Dict[str, Any]] = []
+        self.markers: List[Dict[str, Any]] = []
+        self.extras: List[Tuple[int, Dict[str, Any]]] = []
+        self.problems: List[LineProblem] = []
+        self.problem_count = 0
+        self.records_read = 0
+        self._lines = iter_results(self.path, max_line_bytes)
+        first = next(self._lines)  # raises ResultsFileError unless a header
+        self.header: Dict[str, Any] = first.value
+        self.headers.append(first.value)
+        self.line: Line = first  # the line of the record last yielded (its offset and size)
+        self._started = False
+
+    @property
+    def finish(self) -> Optional[Dict[str, Any]]:
+        """The last finish line read so far."""
+        return self.finishes[-1] if self.finishes else None
+
+    @property
+    def run_options(self) -> Dict[str, Any]:
+        return self.header.get("run_options") or {}
+
+    @property
+    def sys_info(self) -> Dict[str, Any]:
+        return self.header.get("sys_info") or {}
+
+    def _problem(self, problem: LineProblem) -> None:
+        self.problem_count += 1
+        if len(self.problems) < MAX_KEPT_PROBLEMS:
+            self.problems.append(problem)
+        if self.on_problem is not None:
+            self.on_problem(self.path, problem)
+
+    def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        if self._started:
+            raise RuntimeError(f"{self.path}: a results stream is read once")
+        self._started = True
+        seen: Dict[Tuple[str, str], int] = {}
+        for line in self._lines:
+            if line.problem is not None:
+                self._problem(line.problem)
                 continue
-            seen[key] = line.number
-            out.records.append(line.value)
-            out.record_lines.append(line.number)
-        elif kind == FINISH:
-            out.finishes.append(line.value)
-        elif kind == RESUME:
-            out.markers.append(line.value)
-        else:
-            out.extras.append((line.number, line.value))
-    out.finish = out.finishes[-1] if out.finishes else None
+            kind = line.kind
+            if kind == HEADER:
+                self.headers.append(line.value)
+                seen = {}  # one run (header to finish): each op|id once
+            elif kind == RECORD:
+                key = (line.value["op_name"], line.value["id"])
+                if key in seen:
+                    self._problem(LineProblem(
+                        line.number, line.offset, line.size, f"duplicate run {key[0]}|{key[1]} "
+                        f"(also on line {seen[key]} of the same run)"))
+                    continue
+                seen[key] = line.number
+                self.records_read += 1
+                self.line = line
+                yield line.number, line.value
+            elif kind == FINISH:
+                self.finishes.append(line.value)
+            elif kind == RESUME:
+                self.markers.append(line.value)
+            else:
+                self.extras.append((line.number, line.value))
+
+
+class LineReader:
+    """Reads single lines back from results files at the offsets a :class:`ResultsStream` gave
+    (a merge writes runs in another order than it read them): regular files only, a few kept
+    open, each line parsed and checked again (a file changed meanwhile is an error)."""
+
+    def __init__(self, max_open: int = 16):
+        self.max_open = max_open
+        self._open: Dict[Path, Any] = {}
+
+    def read(self, path: PathLike, number: int, offset: int, size: int) -> Dict[str, Any]:
+        """The object on line ``number`` (``size`` bytes from byte ``offset``) of ``path``."""
+        path = Path(path)
+        stream = self._open.pop(path, None)
+        if stream is None:
+            if len(self._open) >= self.max_open:
+                oldest = next(iter(self._open))
+                self._open.pop(oldest).close()
+            stream = _open_regular(path)
+        self._open[path] = stream  # the most recently used last
+        stream.seek(offset)
+        raw = stream.read(size)
+        value, why = _parse(raw) if len(raw) == size else (None, "cut short")
+        if why is None:
+            why = schema_problem(value)
+        if why is not None:
+            raise ResultsFileError(f"{path}:{number}: changed while being read ({why})")
+        return value
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+
+def warn_problem(path: Path, problem: LineProblem) -> None:
+    """``on_problem`` of the command-line tools: ``warning: FILE:LINE: what (line not used)``
+    on stderr."""
+    print(f"warning: {problem.describe(path)} (line not used)", file=sys.stderr)
+
+
+def stream_results(path: PathLike, warn: bool = True,
+                   max_line_bytes: Optional[int] = None) -> ResultsStream:
+    """A :class:`ResultsStream` for a command-line tool (each unusable line warned on stderr
+    as it is met unless ``warn`` is false). Raises ``ResultsFileError``."""
+    return ResultsStream(path, max_line_bytes, warn_problem if warn else None)
+
+
+def read_results(path: PathLike, max_line_bytes: Optional[int] = None) -> ResultsFile:
+    """Read a whole results file into memory (for tools that need every record at once; the
+    streaming tools use :class:`ResultsStream`); raise :class:`ResultsFileError` with a plain
+    message if it is not one. Damaged lines are in ``problems``, not silently dropped."""
+    stream = ResultsStream(path, max_line_bytes)
+    out = ResultsFile(stream.path, stream.header)
+    problems: List[LineProblem] = []
+    stream.on_problem = lambda _, problem: problems.append(problem)
+    for number, record in stream:
+        out.records.append(record)
+        out.record_lines.append(number)
+    out.headers, out.finishes = stream.headers, stream.finishes
+    out.markers, out.extras, out.problems = stream.markers, stream.extras, problems
+    out.finish = stream.finish
     return out
 
 

@@ -24,18 +24,19 @@ Only measured passes are exported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, TextIO
+from typing import Any, Dict, Iterable, Iterator, List, Optional, TextIO
 
 from param_compute.plan.runkey import key_of
 from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
 from param_compute.results.fields import measured_passes, pass_throughput, peak_memory_mb
-from param_compute.results.file import ResultsFileError, read_results, read_results_warned
+from param_compute.results.file import ResultsFileError, ResultsStream, stream_results
 from param_compute.results.outputs import open_new
 
 log = logging.getLogger("param_compute")
@@ -131,10 +132,12 @@ OSS_TARGET_METRICS = {"latency_ms": "latency(ms)", "tflops": "throughput(TFLOP/s
 def target_value(record: Dict[str, Any], pass_name: str, metric_name: str) -> float:
     """The record's target value where it targets this pass and metric, else 0.0."""
     target = record.get("target") or {}
-    if OSS_TARGET_METRICS.get(target.get("metric")) != metric_name \
-            or target.get("pass", "forward") != pass_name:
+    value = target.get("value")
+    if OSS_TARGET_METRICS.get(str(target.get("metric"))) != metric_name \
+            or target.get("pass", "forward") != pass_name \
+            or not isinstance(value, (int, float)) or isinstance(value, bool):
         return 0.0
-    return float(target["value"])
+    return float(value)
 
 
 def oss_entries(record: Dict[str, Any], context: OssContext) -> List[Dict[str, Any]]:
@@ -273,23 +276,39 @@ def rebuild_exports(results: Optional[Path], csv_path: Optional[Path] = None,
         log.error("--csv %s: incomplete (a write failed)", csv_path)
         return
     try:
-        loaded = read_results(results)
-        if csv_path is not None:
-            write_csv(csv_path, loaded.records)
-        if oss_path is not None:
-            context = OssContext(loaded.header)
-            write_oss_json(oss_path, [e for r in loaded.records for e in oss_entries(r, context)])
+        export_stream(ResultsStream(results), csv_path, oss_path)
     except (OSError, ResultsFileError) as exc:
         log.error("%s: cannot rebuild from %s: %s", csv_path or oss_path, results,
                   getattr(exc, "strerror", None) or exc)
 
 
-def write_oss_json(path: Path, entries: List[Dict[str, Any]]) -> None:
+class OssJsonWriter:
+    """Writes the OSS JSON list one entry at a time, an entry per line (the C JSON encoder: an
+    indented dump is several times slower on big files), without holding the list."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.entries = 0
+
+    def write(self, entry: Dict[str, Any]) -> None:
+        self.stream.write(("[\n" if not self.entries else ",\n") + json.dumps(entry))
+        self.entries += 1
+
+    def close(self) -> None:
+        self.stream.write("\n]\n" if self.entries else "[]\n")
+
+
+def write_oss_json(path: Path, entries: Iterable[Dict[str, Any]]) -> int:
+    """Write OSS entries as a JSON list; the number written."""
     with open_new(Path(path)) as stream:
-        stream.write(json.dumps(entries, indent=1) + "\n")
+        writer = OssJsonWriter(stream)
+        for entry in entries:
+            writer.write(entry)
+        writer.close()
+    return writer.entries
 
 
-def write_csv(path: Path, records: List[Dict[str, Any]]) -> int:
+def write_csv(path: Path, records: Iterable[Dict[str, Any]]) -> int:
     with open_new(Path(path)) as stream:
         writer = csv.DictWriter(stream, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -299,6 +318,33 @@ def write_csv(path: Path, records: List[Dict[str, Any]]) -> int:
                 writer.writerow(row)
                 rows += 1
     return rows
+
+
+def export_stream(results: ResultsStream, csv_path: Optional[Path] = None,
+                  oss_path: Optional[Path] = None) -> Dict[str, int]:
+    """CSV and/or OSS JSON of a results file in one pass, a record at a time (memory flat in
+    the file's size): ``{"rows": CSV rows, "entries": OSS entries}``."""
+    context = OssContext(results.header)
+    with contextlib.ExitStack() as outputs:
+        table = oss = None
+        if csv_path is not None:
+            table = csv.DictWriter(outputs.enter_context(open_new(Path(csv_path))),
+                                   fieldnames=CSV_COLUMNS, lineterminator="\n")
+            table.writeheader()
+        if oss_path is not None:
+            oss = OssJsonWriter(outputs.enter_context(open_new(Path(oss_path))))
+        rows = 0
+        for _, record in results:
+            if table is not None:
+                for row in csv_rows(record):
+                    table.writerow(row)
+                    rows += 1
+            if oss is not None:
+                for entry in oss_entries(record, context):
+                    oss.write(entry)
+        if oss is not None:
+            oss.close()
+    return {"rows": rows, "entries": oss.entries if oss is not None else 0}
 
 
 # --- command line: convert a results file ---------------------------------------------------
@@ -315,22 +361,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.csv is None and args.oss_json is None:
         parser.error("nothing to write: give --csv and/or --oss-json")
     try:
-        results = read_results_warned(args.results)
+        counts = export_stream(stream_results(args.results), args.csv, args.oss_json)
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        if args.csv is not None:
-            rows = write_csv(args.csv, results.records)
-            print(f"{args.csv}: {rows} rows")
-        if args.oss_json is not None:
-            context = OssContext(results.header)
-            entries = [e for r in results.records for e in oss_entries(r, context)]
-            write_oss_json(args.oss_json, entries)
-            print(f"{args.oss_json}: {len(entries)} entries")
     except OSError as exc:
         print(f"error: cannot write: {exc}", file=sys.stderr)
         return 2
+    if args.csv is not None:
+        print(f"{args.csv}: {counts['rows']} rows")
+    if args.oss_json is not None:
+        print(f"{args.oss_json}: {counts['entries']} entries")
     return 0
 
 
