@@ -12,6 +12,9 @@ One case is proved safe instead: a pooling backward whose indices the default da
 draws from a ``value_range`` inside the pooled input's plane, with every shape consistent (what a
 capture writes for a CNN: ``index_rules`` gives max-pool indices ``[0, H * W - 1]``). That run
 cannot address outside its tensors, so it is measured in process like any other.
+
+Operators of custom namespaces (``fbgemm::...``, ``custom_namespace``) are isolated by default
+too: their kernels trust generated data as torch's unchecked ones do.
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ def base_name(op_name: str) -> str:
     if op_name.startswith("aten::"):
         return op_name[len("aten::"):].split(".", 1)[0]
     return op_name.rsplit(".", 1)[-1]
+
+
+def custom_namespace(op_name: str) -> Optional[str]:
+    """The namespace of an ``ns::op`` operator outside aten (``fbgemm``), else None. Its kernels
+    are not torch's and unchecked: by default its runs are measured in an isolated worker."""
+    namespace, sep, _ = op_name.partition("::")
+    return namespace if sep and namespace != "aten" else None
 
 
 def _true(spec: Any) -> bool:

@@ -6,12 +6,13 @@ process, with different ``--workloads-dir`` folders, never see each other's plug
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, Tuple, Union
 
-from param_compute.errors import SpecError
+from param_compute.errors import OptionsError, SpecError
 from param_compute.plan.iterators import BUILTIN_ITERATORS
 from param_compute.plugins.loading import load_plugins
 from param_compute.plugins.registry import Registries
@@ -38,12 +39,24 @@ class Toolchain:
     resolver: Any
 
     @classmethod
-    def start(cls, workloads_dirs: Sequence[Path] = ()) -> "Toolchain":
-        registries = load_plugins(Registries(), list(workloads_dirs), BUILTIN_ITERATORS,
+    def start(cls, workloads_dirs: Sequence[Path] = (),
+              allow_namespaces: Sequence[str] = ()) -> "Toolchain":
+        """Plugins of ``workloads_dirs`` loaded; ``ns::op`` names of ``allow_namespaces``
+        resolve besides aten's."""
+        registries = load_plugins(Registries(), [Path(d) for d in workloads_dirs],
+                                  BUILTIN_ITERATORS,
                                   dict.fromkeys(DEFAULT_DATA_GENERATORS, _default_data_generator))
         from param_compute.operators.resolution import OperatorResolver
 
-        return cls(registries, OperatorResolver(registries))
+        resolver = OperatorResolver(registries)
+        resolver.allow(allow_namespaces)
+        return cls(registries, resolver)
+
+    @classmethod
+    def for_options(cls, options: RunOptions) -> "Toolchain":
+        """The toolchain a run with ``options`` uses: its plugin folders, its namespaces (the
+        same in the main process, an isolated worker and a profiled child)."""
+        return cls.start(options.workloads_dirs, options.allow_namespaces)
 
     @property
     def workloads_dirs(self) -> Tuple[Path, ...]:
@@ -67,7 +80,15 @@ class Toolchain:
             raise SpecError(source, [problem])
         return self.validate(spec, source)
 
+    def complete(self, options: RunOptions) -> RunOptions:
+        """``options`` naming this toolchain's plugin folders and namespaces, so a child process
+        that rebuilds its toolchain from them (``runtime.child``) has the same one."""
+        return dataclasses.replace(
+            options, workloads_dirs=tuple(str(d) for d in self.workloads_dirs),
+            allow_namespaces=tuple(sorted(self.resolver.allow_namespaces)))
+
     def context(self, spec: BenchmarkSpec, options: RunOptions) -> ExecutionContext:
-        """What an executor needs to measure ``spec``'s runs with ``options``."""
-        return ExecutionContext(options, spec, self.resolver.factory,
+        """What an executor needs to measure ``spec``'s runs with ``options`` (completed:
+        see :meth:`complete`)."""
+        return ExecutionContext(self.complete(options), spec, self.resolver.factory,
                                 self.registries.data_generators, self.workloads_dirs)

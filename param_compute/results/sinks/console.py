@@ -10,7 +10,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
-from param_compute.results.sinks.base import RunSummary
+from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
 from param_compute.results.records import STATUS_OK, RunRecord
@@ -31,7 +31,7 @@ def _rate(value) -> str:
 
 
 
-class ConsoleReporter:
+class ConsoleReporter(RecordSink):
     """Progress while running, then one summary table of measured runs and failures."""
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,

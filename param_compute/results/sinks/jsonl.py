@@ -12,7 +12,7 @@ from param_compute.plan.runplan import PlannedRun
 from param_compute.results.file import SYNC_ENDS, ResultsFileError, ResultsWriter
 from param_compute.results.records import STATUS_DRY_RUN, RunRecord
 from param_compute.results.resume import ResumeState
-from param_compute.results.sinks.base import RunSummary
+from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.process.signals import GUARD
 
 
@@ -20,7 +20,7 @@ def now_iso() -> str:
     return datetime.now().isoformat(timespec="seconds")
 
 
-class JsonlResultWriter:
+class JsonlResultWriter(RecordSink):
     """The results file of a run: header (or resume marker), a line per run, the finish line.
 
     Measured and failed runs' lines are flushed at once, so a crash in a later run loses nothing
@@ -60,9 +60,11 @@ class JsonlResultWriter:
         if record is not None:
             self.file.write(record.to_json(), flush=record.status != STATUS_DRY_RUN)
 
-    def write_line(self, value: Dict[str, Any]) -> None:
+    def add_line(self, line: Dict[str, Any]) -> None:
         """One extra line between run lines (a profiler batch line...), whole and flushed."""
-        self.file.write(value)
+        self.file.write(line)
+
+    write_line = add_line  # what sinks of the bare interface call
 
     def finish(self, summary: RunSummary) -> None:
         last = {"finish_time": now_iso(), "runs_ok": summary.ok,
@@ -72,11 +74,11 @@ class JsonlResultWriter:
         if summary.stopped_early:
             last["stopped_early"] = "fail-fast"
         last.update(self.finish_extra)
-        last.update(getattr(summary, "finish_fields", None) or {})
+        last.update(summary.finish_fields)
         self.file.finish(last)
 
 
-class RecordCollector:
+class RecordCollector(RecordSink):
     """Keeps the JSON form of every record in memory (library use and tests)."""
 
     def __init__(self) -> None:
