@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from param_compute.plan.runkey import RunKeyError, parse_config_build
 from param_compute.plan.runplan import PlannedRun
 from param_compute.profiling.nsight import BATCH_FORMAT
 from param_compute.process.lifeline import watch_parent
@@ -78,9 +79,10 @@ def from_param_batch(batch: Dict[str, Any], source: str) -> Dict[str, Any]:
             or not op_info["config"] or not isinstance(op_info["config"][0], dict):
         raise BatchFileError(f"{source}: op_info.config must hold one config entry")
     key = "config_build_id" if "config_build_id" in batch else "build_id"
-    config_id, sep, build_id = str(batch[key]).replace(":", "|").partition("|")
-    if not sep or not config_id.isdigit() or not build_id:
-        raise BatchFileError(f"{source}: {key} {batch[key]!r} is not CONFIG|BUILD")
+    try:
+        config_id, build_id = parse_config_build(batch[key])
+    except RunKeyError:
+        raise BatchFileError(f"{source}: {key} {batch[key]!r} is not CONFIG|BUILD") from None
     entry = op_info["config"][0]
     inputs = entry.get("input")
     if not isinstance(inputs, list) or not all(isinstance(item, dict) for item in inputs):

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+from param_compute.plan.runkey import key_of
+
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
 #: every measured time of its passes; 64 MiB is some millions of them.
 MAX_LINE_BYTES = 64 * 2**20
@@ -287,7 +289,7 @@ def read_results(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Result
             key = (line.value["op_name"], line.value["id"])
             if key in seen:
                 out.problems.append(LineProblem(
-                    line.number, line.offset, line.size, f"duplicate run {key[0]}|{key[1]} "
+                    line.number, line.offset, line.size, f"duplicate run {key_of(*key)} "
                     f"(also on line {seen[key]} of the same run)"))
                 continue
             seen[key] = line.number
