@@ -24,6 +24,17 @@ from zygote import ZYGOTE, Forked
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# The operator-name index a dry run validates with (``operators.name_index``) lives in a folder
+# of this test session, never in the user's cache (the processes the tests start inherit it).
+if "PARAM_COMPUTE_NAME_INDEX_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _INDEX_DIR = tempfile.mkdtemp(prefix="param_compute_names_")
+    os.environ["PARAM_COMPUTE_NAME_INDEX_DIR"] = _INDEX_DIR
+    atexit.register(shutil.rmtree, _INDEX_DIR, ignore_errors=True)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CONFIGS = REPO.parent / "shared" / "param-configs"
 EXAMPLES = REPO / "examples" / "configs"

@@ -18,25 +18,21 @@ out of the garbage collector's walks; a library caller's process is left as foun
 from __future__ import annotations
 
 import dataclasses
-import gc
-import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from param_compute.errors import OptionsError
+from param_compute.pipeline.loading import SpecInput, load_spec
 from param_compute.pipeline.outputs import OutputPlan, RunHeader, command_line_values
 from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
 
-SpecInput = Union[str, os.PathLike, dict]
-T = TypeVar("T")
 
 
 @dataclass
@@ -49,20 +45,6 @@ class RunResult:
     records: List[Dict[str, Any]] = field(default_factory=list)
     path: Optional[Path] = None
     header: Optional[Dict[str, Any]] = None
-
-
-def _start_up(make: Callable[[], T], freeze: bool) -> T:
-    """Start-up (torch, plugins, a big spec) creates ~170k long-lived objects without reference
-    cycles: collecting them is wasted work, and unless frozen every later collection walks them
-    again. Only a process the session owns is changed this way."""
-    if not freeze:
-        return make()
-    gc.disable()
-    try:
-        return make()
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 class Session:
@@ -122,15 +104,14 @@ class Session:
     # -- assembly -------------------------------------------------------------------------
 
     def _prepare(self, toolchain: Any) -> None:
-        """Shard, option checks, plugin folders, device, peaks; then the toolchain."""
+        """Shard and option checks, device, peaks (the toolchain starts with the spec)."""
         from param_compute.plan.sharding import resolve_shard
-        from param_compute.runtime.toolchain import Toolchain
 
         self.shard = resolve_shard(self.outputs.shard)  # --shard I/N or torchrun
         options = self.options
         if self.shard is not None:  # its own device: a bare cuda is this rank's GPU
             options = dataclasses.replace(options, device=self.shard.device(options.device))
-        options = options.check()
+        self.options = options.check()
         if not options.dry_run:
             from param_compute.runtime.devices import check_device
 
@@ -139,34 +120,16 @@ class Session:
             from param_compute.runtime.peaks import Peaks
 
             Peaks.from_file(options.peaks)
-        if toolchain is None:
-            toolchain = _start_up(lambda: Toolchain.for_options(options), self.owns_process)
         self.toolchain = toolchain
-        # The options name the toolchain's plugin folders and namespaces: a child rebuilds it.
-        self.options = toolchain.complete(options)
 
     def _load(self, spec: SpecInput) -> None:
-        """The validated spec and the hash of what it was read from."""
-        from param_compute.spec.loader import read_spec_bytes, spec_from_bytes
-
-        if isinstance(spec, (str, os.PathLike)):
-            self.spec_path = Path(spec)
-            # Read once: a FIFO or <(cat spec) yields its bytes only once; hashed as read.
-            data = read_spec_bytes(self.spec_path)
-            self.digest = hashlib.sha256(data).hexdigest()
-            source = str(spec)
-            self.spec = _start_up(lambda: self.toolchain.validate(
-                spec_from_bytes(data, source), source), self.owns_process)
-        else:
-            self.spec = _start_up(lambda: self.toolchain.load(spec), self.owns_process)
-            text = json.dumps(spec, sort_keys=True, default=str)
-            self.digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        from param_compute.capture.portable import describe_missing, missing_kernels
-
-        missing = missing_kernels({op.name: {"config": list(op.configs)}
-                                   for op in self.spec.operators}, self.options.device)
-        for line in describe_missing(missing, self.options.device):
-            log.warning("%s: these runs will fail", line)
+        """The spec read, hashed and validated (``pipeline.loading``): a dry run without torch
+        where it can. The options then name the toolchain's plugin folders and namespaces: a
+        child process rebuilds it from them."""
+        loaded = load_spec(spec, self.options, self.toolchain, self.owns_process)
+        self.toolchain, self.spec = loaded.toolchain, loaded.spec
+        self.spec_path, self.digest = loaded.path, loaded.digest
+        self.options = self.toolchain.complete(self.options)
 
     def _claim_outputs(self) -> None:
         """Every output checked and the results file locked, before anything is written."""
@@ -208,7 +171,7 @@ class Session:
                      100 * shard_plan.cost / (shard_plan.total_cost or 1))
         self.header = RunHeader(
             self.options, str(self.spec_path) if self.spec_path else self.spec.source,
-            self.digest, sys_info(self.options.device, include_torch=True,
+            self.digest, sys_info(self.options.device, include_torch=not self.options.dry_run,
                                   num_threads=self.options.num_threads),
             datetime.now().isoformat(timespec="seconds"), cmd_args, shard_header).to_json()
 

@@ -11,7 +11,7 @@ for its exit status. Torch-free.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 log = logging.getLogger("param_compute")
 

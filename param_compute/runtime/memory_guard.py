@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from param_compute.plan.tensor_bytes import storage_elements, tensor_spec_bytes  # noqa: F401
 from param_compute.errors import OptionsError
