@@ -279,8 +279,8 @@ class Session:
         finally:
             self.close()
         status = summary.exit_status
-        for sink in self.engine.sinks:
-            status = sink.final_status(status)
+        for final_status in self.engine.hooks.final_status:
+            status = final_status(status)
         return RunResult(summary, status, self.collector.records if self.collector else [],
                          self.path, self.header)
 

@@ -16,7 +16,7 @@ from param_compute.plan.runplan import PlannedRun, count_runs, plan_runs
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunError,
                                            RunRecord)
-from param_compute.results.sinks.base import RecordSink, RunSummary, as_sink
+from param_compute.results.sinks.base import Hooks, RecordSink, RunSummary, as_sink
 from param_compute.runtime.child import ChildSetupError
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.spec.model import BenchmarkSpec
@@ -72,6 +72,7 @@ class Engine:
         self.iterators = toolchain.registries.config_iterators
         self.toolchain = toolchain
         self.sinks = [as_sink(sink) for sink in sinks]
+        self.hooks = Hooks(self.sinks)
         self.run_filters = list(run_filters)
         self._isolated = None  # the worker for runs that must be isolated (``_execute``)
         self.refused: Dict[str, str] = dict(refused or {})
@@ -99,8 +100,8 @@ class Engine:
         """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
         summary = RunSummary()
         selector = RunSelector(self.options.resume_id, self.options.stop_id)
-        for sink in self.sinks:
-            sink.start(self.total())
+        for start in self.hooks.start:
+            start(self.total())
         executor = None
         try:
             executor = self._executor()
@@ -126,8 +127,8 @@ class Engine:
         self._end_runs(summary)
         # However many signals arrive now, every sink finishes (one finish line, always).
         with GUARD.held() as held:
-            for sink in self.sinks:
-                sink.finish(summary)
+            for finish in self.hooks.finish:
+                finish(summary)
         if held.signum is not None and not summary.interrupted:
             summary.interrupted = held.signum
         return summary
@@ -135,9 +136,10 @@ class Engine:
     def _loop(self, executor, selector: RunSelector, summary: RunSummary) -> None:
         filters = self.run_filters
         for run in self.plan():
-            for sink in self.sinks:
-                sink.before_run(run)
-            self._pass_lines()
+            for before_run in self.hooks.before_run:
+                before_run(run)
+            if self.hooks.pending_lines:
+                self._pass_lines()
             if not selector.wants(run) or (filters and not all(f(run) for f in filters)):
                 summary.skipped += 1
                 self._emit(run, None)
@@ -185,8 +187,8 @@ class Engine:
         if run.key in self.refused:
             return RunRecord(run.op_name, run.id, run.config(), STATUS_ERROR,
                              error=RunError("CrashedBefore", self.refused[run.key], "run"))
-        for sink in self.sinks:
-            sink.before_execute(run)
+        for before_execute in self.hooks.before_execute:
+            before_execute(run)
         if self._isolation_reason(run) is None:
             return executor.execute(run)
         if self._isolated is None:
@@ -197,27 +199,28 @@ class Engine:
 
     def _end_runs(self, summary: RunSummary) -> None:
         """The sinks' ``end_runs``, ``finish_fields`` and ``summary_lines`` hooks, in order."""
-        for sink in self.sinks:
+        for end_runs in self.hooks.end_runs:
             try:
-                sink.end_runs(summary)
+                end_runs(summary)
             except (KeyboardInterrupt, Interrupted) as stop:  # the finish still happens
                 summary.interrupted = summary.interrupted or getattr(stop, "signum",
                                                                      signal.SIGINT)
             finally:
                 self._pass_lines()
-        for sink in self.sinks:
-            summary.finish_fields.update(sink.finish_fields(summary))
-            summary.notes.extend(sink.summary_lines(summary))
+        for finish_fields in self.hooks.finish_fields:
+            summary.finish_fields.update(finish_fields(summary))
+        for summary_lines in self.hooks.summary_lines:
+            summary.notes.extend(summary_lines(summary))
 
     def _pass_lines(self) -> None:
         """Lines sinks made for the results file (``pending_lines``), handed to every sink."""
-        for sink in self.sinks:
-            for line in sink.pending_lines():
-                for other in self.sinks:
-                    other.add_line(line)
+        for pending_lines in self.hooks.pending_lines:
+            for line in pending_lines():
+                for add_line in self.hooks.add_line:
+                    add_line(line)
 
     def _emit(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
-        for sink in self.sinks:
-            sink.run_done(run, record)
+        for run_done in self.hooks.run_done:
+            run_done(run, record)
 
 

@@ -113,6 +113,20 @@ class _Wrapped(RecordSink):
         self.sink.finish(summary)
 
 
+class Hooks:
+    """Each hook's implementations among ``sinks``, in sink order: the bound methods of the
+    sinks that override the declared no-op (a hook nobody implements costs nothing per run)."""
+
+    NAMES = ("start", "before_run", "before_execute", "run_done", "pending_lines", "add_line",
+             "end_runs", "finish_fields", "summary_lines", "finish", "final_status")
+
+    def __init__(self, sinks: Sequence[RecordSink]):
+        for name in self.NAMES:
+            declared = getattr(RecordSink, name)
+            setattr(self, name, [method for method in (getattr(sink, name) for sink in sinks)
+                                 if getattr(method, "__func__", method) is not declared])
+
+
 def as_sink(sink: Any) -> RecordSink:
     """``sink`` itself where it is a ``RecordSink``, else wrapped."""
     return sink if isinstance(sink, RecordSink) else _Wrapped(sink)
