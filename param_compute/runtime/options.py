@@ -159,7 +159,7 @@ class RunOptions:
              "namespace runs only where the run allows it")
     #: Folders whose ``.py`` files are imported as workload modules, in order.
     workloads_dirs: Tuple[str, ...] = flag(
-        "--workloads-dir", default=(), parse=_texts, action="append", type=Path,
+        "--workloads-dir", default=(), parse=_texts, action="append", type=Path, metavar="DIR",
         help="import every .py in DIR as a workload module (repeatable)")
     #: Put each measured iteration in its own NVTX range (the --ncu/--nsys profiler child only).
     nvtx_iterations: bool = False
