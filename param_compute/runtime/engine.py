@@ -100,8 +100,9 @@ class Engine:
         """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
         summary = RunSummary()
         selector = RunSelector(self.options.resume_id, self.options.stop_id)
+        total = self.total() if self.hooks.start else None  # counted once, for every sink
         for start in self.hooks.start:
-            start(self.total())
+            start(total)
         executor = None
         try:
             executor = self._executor()
