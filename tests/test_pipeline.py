@@ -373,3 +373,34 @@ def test_flags_are_declared_once_on_the_options():
     defaults = build_parser().parse_args([])
     assert options_from_args(defaults) == RunOptions()
     assert json.loads(json.dumps(RunOptions().to_json()))  # plain JSON
+
+
+def test_every_door_builds_one_session(tmp_path, monkeypatch):
+    """The command line, ``param_compute.run`` and PARAM's ``Benchmark.run()`` each assemble
+    their run through ``Session.build``, exactly once."""
+    import io
+
+    from param_compute.lib.config import BenchmarkConfig
+    from param_compute.lib.pytorch.benchmark import make_default_benchmark
+    from param_compute.lib.pytorch.config_util import get_benchmark_options
+    from param_compute.pipeline.session import Session
+
+    built = []
+    real_build = Session.build.__func__
+
+    def counted(cls, spec, options=None, outputs=None, **keywords):
+        built.append(type(spec).__name__)
+        return real_build(cls, spec, options, outputs, **keywords)
+
+    monkeypatch.setattr(Session, "build", classmethod(counted))
+    spec = simple_op("torch.neg", tensor(2))
+    assert run_cli("-c", write_spec(tmp_path, spec), "--output", tmp_path / "r.json",
+                   "--dry-run").returncode == 0
+    assert param_compute.run(spec, dry_run=True).exit_status == 0
+    options = get_benchmark_options()
+    options.update(out_stream=io.StringIO())
+    config = BenchmarkConfig(options)
+    config.load(spec)
+    make_default_benchmark(config).run()
+    assert built == ["PosixPath", "dict", "dict"]
+    assert json.loads(options["out_stream"].getvalue().splitlines()[0])["op_name"] == "torch.neg"

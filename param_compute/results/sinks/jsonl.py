@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -18,6 +19,37 @@ from param_compute.process.signals import GUARD
 
 def now_iso() -> str:
     return datetime.now().isoformat(timespec="seconds")
+
+
+@dataclass
+class FinishLine:
+    """The results file's last line: when the run ended, its counts, why it stopped early, and
+    what the run (trace files) and the sinks (``finish_fields``) added."""
+
+    finish_time: str
+    runs_ok: int
+    runs_failed: int
+    runs_dry: int
+    interrupted: Optional[str] = None  # the signal's name
+    stopped_early: Optional[str] = None  # "fail-fast"
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, summary: RunSummary, extra: Dict[str, Any]) -> "FinishLine":
+        return cls(now_iso(), summary.ok, len(summary.failed), summary.dry_run,
+                   signal.Signals(summary.interrupted).name if summary.interrupted else None,
+                   "fail-fast" if summary.stopped_early else None,
+                   {**extra, **summary.finish_fields})
+
+    def to_json(self) -> Dict[str, Any]:
+        line: Dict[str, Any] = {"finish_time": self.finish_time, "runs_ok": self.runs_ok,
+                                "runs_failed": self.runs_failed, "runs_dry": self.runs_dry}
+        if self.interrupted:
+            line["interrupted"] = self.interrupted
+        if self.stopped_early:
+            line["stopped_early"] = self.stopped_early
+        line.update(self.extra)
+        return line
 
 
 class JsonlResultWriter(RecordSink):
@@ -67,15 +99,7 @@ class JsonlResultWriter(RecordSink):
     write_line = add_line  # what sinks of the bare interface call
 
     def finish(self, summary: RunSummary) -> None:
-        last = {"finish_time": now_iso(), "runs_ok": summary.ok,
-                "runs_failed": len(summary.failed), "runs_dry": summary.dry_run}
-        if summary.interrupted:
-            last["interrupted"] = signal.Signals(summary.interrupted).name
-        if summary.stopped_early:
-            last["stopped_early"] = "fail-fast"
-        last.update(self.finish_extra)
-        last.update(summary.finish_fields)
-        self.file.finish(last)
+        self.file.finish(FinishLine.of(summary, self.finish_extra).to_json())
 
 
 class RecordCollector(RecordSink):
