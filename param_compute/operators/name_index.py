@@ -14,6 +14,7 @@ else ``$XDG_CACHE_HOME/param_compute``, else ``~/.cache/param_compute``), keyed 
 version (read from its package metadata, never by importing it) and by this package's resolver
 and built-in workload sources: another torch, or other rules, make another index, and older
 ones are removed. An index that cannot be read (damaged, foreign, too large) counts as missing.
+Only dry runs, which run nothing, trust it: a measured run resolves every name with torch.
 
 :class:`IndexedResolver` answers from the index and hands anything it does not know (other
 namespaces, names that do not resolve, whose messages need torch's names) to the full resolver.
