@@ -34,7 +34,6 @@ from param_compute.runtime.options import RunOptions
 log = logging.getLogger("param_compute")
 
 
-
 @dataclass
 class RunResult:
     """What a run gave: its summary, exit status, results file and header, and (when the
@@ -275,7 +274,7 @@ class Session:
             if self.owns_process:
                 GUARD.install()
             with preserved(import_torch=not self.options.dry_run):
-                summary, written = self._measure()
+                summary = self._measure()
         finally:
             self.close()
         status = summary.exit_status
@@ -284,7 +283,7 @@ class Session:
         return RunResult(summary, status, self.collector.records if self.collector else [],
                          self.path, self.header)
 
-    def _measure(self):
+    def _measure(self) -> RunSummary:
         from param_compute.profiling.traces import profiled
 
         cupti = self.cupti
@@ -302,7 +301,7 @@ class Session:
             from param_compute.profiling.cupti import write_summary
 
             write_summary(self.path, Path(written["trace_file"]), cupti)
-        return summary, written
+        return summary
 
     def close(self) -> None:
         """Release the results-file lock (idempotent)."""
