@@ -165,3 +165,27 @@ def test_importtime_of_a_dry_run_shows_no_torch(tmp_path, index_dir):
     first_lines = (tmp_path / "a.json").read_text().splitlines()
     second_lines = (tmp_path / "b.json").read_text().splitlines()
     assert first_lines[1] == second_lines[1]  # the same planned run
+
+
+def test_built_in_workloads_a_script_imported_stay_out_of_the_bare_toolchain(index_dir,
+                                                                              monkeypatch):
+    """PARAM's scripts import the built-in workloads themselves (``load_modules``): their
+    registrations must not leak into the toolchain without built-in workloads, or the index
+    would lose the built-in names."""
+    import importlib
+
+    import param_compute.plugins.registry as registry
+    from param_compute.plugins.loading import _builtin_workloads_package
+
+    monkeypatch.setattr(registry, "_PROCESS_TABLES", registry.Registries())
+    monkeypatch.setattr(registry, "_PROCESS_LOG", [])
+    monkeypatch.setattr(registry, "_BUILTIN_LOGGED", set())
+    package = _builtin_workloads_package().__name__
+    importlib.reload(importlib.import_module(f"{package}.pytorch.native_basic_ops"))
+    logged = [args[0] for kind, args in registry.process_registrations(builtin=True)
+              if kind == "operator"]
+    assert "torch.mm" in logged  # the script's import, outside any toolchain
+    bare = Toolchain.bare_registries()
+    assert "torch.mm" not in bare.operators
+    index = name_index.build_index(Toolchain.start(), bare)
+    assert "torch.mm" in index.builtin["operators"]

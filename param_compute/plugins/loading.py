@@ -192,8 +192,8 @@ def load_plugins(registries: Registries, workloads_dirs: Sequence[Path] = (),
                 register_data_generator(name, generator)
             if builtin_workloads:
                 _load_builtin_workloads(registries)
-            _guarded(registries, "built-in workloads imported before start-up",
-                     lambda: replay(process_registrations(builtin=True), registries))
+                _guarded(registries, "built-in workloads imported before start-up",
+                         lambda: replay(process_registrations(builtin=True), registries))
         finally:
             registries.loading_builtins = False
         source = "registrations made before start-up"
