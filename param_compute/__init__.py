@@ -13,11 +13,12 @@ from param_compute.plugins.registry import (register_config_iterator, register_d
 from param_compute.runtime.timing import ExecMode
 
 
-def run(spec, options=None, workloads_dirs=(), sinks=(), **option_values):
-    """Validate and run a spec (dict or path) in-process; see ``runtime.session.run``."""
-    from param_compute.runtime.session import run as _run
+def run(spec, options=None, workloads_dirs=(), sinks=(), **keywords):
+    """Validate and run a spec (dict or path) in-process, as the command line does (output
+    file, resume, exports with the same keywords); see ``pipeline.session.run``."""
+    from param_compute.pipeline.session import run as _run
 
-    return _run(spec, options, workloads_dirs, sinks, **option_values)
+    return _run(spec, options, workloads_dirs, sinks, **keywords)
 
 
 __all__ = [

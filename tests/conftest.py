@@ -36,6 +36,10 @@ os.environ["XDG_CACHE_HOME"] = str(SANDBOX_CACHE)
 _SANDBOX_OWNER = os.getpid()  # a forked child exiting through atexit must not remove it
 atexit.register(lambda: os.getpid() == _SANDBOX_OWNER
                 and shutil.rmtree(SANDBOX_CACHE, ignore_errors=True))
+# The operator-name index a dry run validates with (``operators.name_index``) lives in a folder
+# of this test session, never in the user's cache (the processes the tests start inherit it).
+if "PARAM_COMPUTE_NAME_INDEX_DIR" not in os.environ:
+    os.environ["PARAM_COMPUTE_NAME_INDEX_DIR"] = str(SANDBOX_CACHE / "names")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CONFIGS = REPO.parent / "shared" / "param-configs"

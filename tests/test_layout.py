@@ -8,6 +8,7 @@ hidden in a function that tests never call is still found.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -167,9 +168,10 @@ def test_stages_never_reach_back_up():
     assert "profiling" not in graph["runtime"] and "plan" not in graph["plugins"]
 
 
-def _python(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+def _python(code: str, cwd: Path = REPO, args=(), env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_spec_plan_and_plugin_tables_import_without_torch():
@@ -188,33 +190,26 @@ def test_spec_plan_and_plugin_tables_import_without_torch():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_dry_run_imports_torch_only_for_workloads_and_operator_names(tmp_path):
-    """A dry run plans without torch: the engine, the plugin loading and the built-in data
-    generator's registration never import it. Only what validation needs torch for may: the
-    built-in workloads (their modules define torch operators) and operator-name resolution
-    (``torch.add`` is known only by looking in torch)."""
-    result = _python(f"""
-        import sys, traceback
-        importers = []
-
-        class Watch:
-            def find_spec(self, name, path=None, target=None):
-                if name == "torch" and not importers:
-                    importers.extend(frame.filename for frame in traceback.extract_stack()[:-1]
-                                     if "importlib" not in frame.filename)
-                return None
-
-        sys.meta_path.insert(0, Watch())
+def test_dry_run_imports_no_torch_once_the_operator_name_index_exists(tmp_path):
+    """A dry run plans without torch: the engine, the plugin loading, the data generators'
+    registration and, with the operator-name index the first dry run writes
+    (``operators.name_index``), validation never import it."""
+    code = f"""
+        import sys
         from param_compute.cli.run_benchmark import main
         status = main(["-c", {str(EXAMPLES / "simple_add.json")!r}, "--dry-run",
-                       "--no-progress", "--output", {str(tmp_path / "r.json")!r}])
+                       "--no-progress", "--output", sys.argv[1]])
         assert status == 0, status
-        print("IMPORTER", importers[-1] if importers else None)
-    """)
-    assert result.returncode == 0, result.stdout + result.stderr
-    importer = result.stdout.split("IMPORTER ", 1)[1].strip()
-    allowed = (str(REPO / "workloads"), str(PACKAGE / "operators" / "resolution.py"))
-    assert importer.startswith(allowed), f"torch first imported by {importer}"
+        print("TORCH", "torch" in sys.modules)
+    """
+    index = tmp_path / "index"
+    env = {"PARAM_COMPUTE_NAME_INDEX_DIR": str(index)}
+    first = _python(code, args=[str(tmp_path / "first.json")], env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert len(list(index.glob("operator_names-*.json"))) == 1  # written at first use
+    second = _python(code, args=[str(tmp_path / "r.json")], env=env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "TORCH False" in second.stdout
     assert (tmp_path / "r.json").read_text().count('"dry-run"') == 1
 
 

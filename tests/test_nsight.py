@@ -210,14 +210,6 @@ def test_batches_never_mix_builds_or_operators_and_follow_resume_stop(tmp_path, 
     assert len(calls(fakes, "ncu")) == 1
 
 
-class _Writer:
-    def __init__(self):
-        self.lines = []
-
-    def write_line(self, value):
-        self.lines.append(value)
-
-
 def _done(sink, run, record):
     """What the engine does for one run: the before_run hook, then run_done."""
     sink.before_run(run)
@@ -249,8 +241,7 @@ def test_batch_queue_in_process(monkeypatch):
                         lambda self, profiler, runs, number: launched.append(
                             [r.id for r in runs]))
     settings = BatchSettings((Profiler("ncu", "ncu"),), batch_size=2)
-    sink = BatchProfiler(settings, spec=None, options=RunOptions(), results=Path("r.json"),
-                         writer=_Writer())
+    sink = BatchProfiler(settings, spec=None, options=RunOptions(), results=Path("r.json"))
     a, b, c, d, e = (_run(0, 0, "0", str(i)) for i in range(5))
     _done(sink, a, _record(a))
     _done(sink, b, _record(b, STATUS_ERROR))  # failed: not profiled
@@ -286,21 +277,21 @@ def test_interrupted_batch_is_recorded_and_the_summary_still_written(tmp_path, m
                          build_data_generator="PyTorch:DefaultDataGenerator",
                          input_data_generator="PyTorch:DefaultDataGenerator", configs=[{}])
     spec = SimpleNamespace(operators=[op], source="spec.json")
-    writer = _Writer()
     sink = BatchProfiler(BatchSettings((Profiler("ncu", "ncu"),)), spec, RunOptions(),
-                         tmp_path / "r.json", writer)
+                         tmp_path / "r.json")
     run = _run(0, 0, "0", "0")
     _done(sink, run, _record(run))
     summary = RunSummary()
     with pytest.raises(Interrupted):  # the last flush is interrupted: recorded, then raised
         sink.end_runs(summary)
-    (line,) = writer.lines
+    (line,) = sink.pending_lines()  # what the engine hands the results sink even so
+    assert sink.pending_lines() == []
     assert line["status"] == "error" and line["error"] == "interrupted by SIGINT"
     assert line["exit_status"] is None and line["start_run_id"] == "0|0|0"
     assert sink.finish_fields(summary) == {"profiled_batches": {"ncu": {"ok": 0, "failed": 1}}}
     assert sink.summary_lines(summary) == ["ncu: 1 batches profiled, 1 failed"]
     summary.interrupted = 2  # what the engine records for a signal in end_runs
-    assert sink.exit_status(summary) == 130
+    assert sink.final_status(summary.exit_status) == 130
 
 
 # -- options, environment, args files, nsys ---------------------------------------------------

@@ -4,6 +4,7 @@ JSON form (results header, Nsight batch file, isolated worker)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import random
 
 import pytest
@@ -72,13 +73,19 @@ def test_options_one_json_form_round_trip():
     options = RunOptions(device="cuda:1", warmup=3, iteration=7, backward=True,
                          exec_mode="continuous", seed=5, resume_id="torch.mm|0|0|1",
                          min_time=0.5, cuda_l2_cache=True, max_memory=1 << 30, timeout=2.5,
-                         nvtx_iterations=True)
+                         nvtx_iterations=True, allow_namespaces=["fbgemm"],
+                         workloads_dirs=[Path("/plugins")], isolate_custom=False)
     text = json.dumps(options.to_json())  # plain JSON
     assert RunOptions.from_json(json.loads(text)) == options
     assert RunOptions.from_json(RunOptions().to_json()) == RunOptions()
     values = json.loads(text)
-    assert values["cuda_l2_cache"] == "on" and values["pass_type"] == "backward"
-    assert values["exec_mode"] == values["op_exec_mode"] == "continuous"
+    assert options.allow_namespaces == ("fbgemm",) and options.workloads_dirs == ("/plugins",)
+    # PARAM readers' keys in PARAM's forms, beside ours: the header needs no second form
+    assert values["cuda_l2_cache"] is True and values["pass_type"] == "ExecutionPass.BACKWARD"
+    assert values["exec_mode"] == "continuous"
+    assert values["op_exec_mode"] == "OpExecutionMode.CONTINUOUS"
+    assert values["time_unit"] == "millisecond" and values["pt2-model"] is False
+    assert RunOptions.from_json(dict(values, cuda_l2_cache="on")) == options  # older files
     # a results header holds more keys (the spec, its digest, PARAM's): read with ignore_unknown
     header_options = dict(values, config_file="spec.json", spec_sha256="ab", time_unit="ms",
                           cuda_l2_cache=True)

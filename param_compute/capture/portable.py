@@ -4,22 +4,18 @@ which captured configs have a kernel on the replay device.
 A trace recorded on CUDA names ``cudnn_batch_norm_backward`` (called by an autograd node, with no
 composite above it to replay instead); CPU has no kernel for it. ``native_call`` rewrites the
 backend ops whose native equivalent takes the same data (batch norm forward and backward) into
-that op. ``missing_kernels`` asks the dispatcher, for each operator of a spec, whether the replay
-device has a kernel (its own backend key or a composite one) and lists those that don't, so that
-they are reported before anything runs.
+that op. ``missing_kernels`` (``operators.kernels``) asks the dispatcher, for each operator of a
+spec, whether the replay device has a kernel and lists those that don't, so that they are
+reported before anything runs.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
-#: Dispatch keys whose kernel serves every device.
-COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
-                  "CompositeExplicitAutogradNonFunctional")
-#: Device type -> its dispatch key.
-DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU", "meta": "Meta",
-               "hip": "HIP"}
+# The kernel check lives with the operators (a dry run uses it without importing capture).
+from param_compute.operators.kernels import (can_check, describe_missing, device_type,  # noqa: F401
+                                             has_kernel, missing_kernels)
 
 _NATIVE_BATCH_NORM = ("aten::native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, "
                       "Tensor? running_mean, Tensor? running_var, bool training, float momentum,"
@@ -61,81 +57,3 @@ def native_call(base: str, args: List[Dict[str, Any]], kwargs: Dict[str, Any]
         return None
     schema, rewrite = entry
     return schema, rewrite(args), {}
-
-
-def device_type(device: str) -> str:
-    return str(device).split(":", 1)[0]
-
-
-@lru_cache(maxsize=8192)
-def has_kernel(qualified: str, device: str) -> bool:
-    """Whether the dispatcher has a kernel for ``qualified`` (``aten::add.Tensor``) that runs on
-    ``device`` (a device type or name): the device's own key or a composite one."""
-    import torch
-
-    keys = [DEVICE_KEYS.get(device_type(device), device_type(device).upper()), *COMPOSITE_KEYS]
-    for key in keys:
-        try:
-            if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
-                return True
-        except RuntimeError:  # no such operator, or no such key in this build
-            continue
-    return False
-
-
-def can_check(device: str) -> bool:
-    """Whether this torch build registers kernels for ``device``'s backend (a CPU-only build
-    has no CUDA kernels to look up, though the target machine will)."""
-    import torch
-
-    kind = device_type(device)
-    if kind in ("cpu", "meta"):
-        return True
-    if kind == "cuda":
-        return torch.backends.cuda.is_built()
-    if kind == "mps":
-        return torch.backends.mps.is_built()
-    return False
-
-
-def _qualified(op: str, schema: Optional[str]) -> str:
-    if schema:
-        return schema.split("(", 1)[0].strip()
-    return op
-
-
-def missing_kernels(spec: Dict[str, Any], device: str) -> List[Dict[str, Any]]:
-    """The operators of a spec with no kernel on ``device``: ``{op, qualified, configs,
-    calls}`` each (``calls``: the configs' counts summed; configs without a count count 1).
-    Only ``ns::`` operators are checked (``torch.*`` callables and plugins always run); nothing
-    where this torch build cannot tell (``can_check``)."""
-    out: Dict[str, Dict[str, Any]] = {}
-    if not can_check(device):
-        return []
-    for op, entry in spec.items():
-        if "::" not in op or not isinstance(entry, dict):
-            continue
-        for config in entry.get("config") or []:
-            schema = None
-            try:
-                first = config["build"][0]["args"][0]
-                if first.get("type") == "str":
-                    schema = first["value"]
-            except (KeyError, IndexError, TypeError, AttributeError):
-                schema = None
-            qualified = _qualified(op, schema)
-            if has_kernel(qualified, device):
-                continue
-            inputs = config.get("input") or [{}]
-            item = out.setdefault(qualified, {"op": op, "qualified": qualified, "configs": 0,
-                                              "calls": 0})
-            item["configs"] += len(inputs)
-            item["calls"] += sum(int(i.get("count", 1)) if isinstance(i, dict) else 1
-                                 for i in inputs)
-    return sorted(out.values(), key=lambda item: -item["calls"])
-
-
-def describe_missing(missing: List[Dict[str, Any]], device: str) -> List[str]:
-    return [f"{item['qualified']}: no kernel on {device} ({item['configs']} configs, "
-            f"{item['calls']} calls)" for item in missing]
-

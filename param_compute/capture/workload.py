@@ -21,9 +21,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
 from param_compute.spec.model import DEFAULT_DATA_GENERATOR
+from param_compute.plan.runkey import format_key
 from param_compute.spec.reserved import CAPTURE_KEY
-from param_compute.capture.accounting import (KINDS, OriginalTimes, SkippedOp, kind_reason,
-                                              op_kind)
+from param_compute.capture.accounting import KINDS, OriginalTimes, SkippedOp, kind_reason, op_kind
 from param_compute.capture.portable import can_check, missing_kernels
 from param_compute.capture.coverage import summary_lines, time_coverage
 from param_compute.capture.index_rules import index_rules
@@ -351,7 +351,7 @@ class CapturedWorkload:
         for op, schemas in self._ops.items():
             for config_index, (schema, bucket) in enumerate(schemas.items()):
                 for input_index, signature in enumerate(bucket):
-                    keys[(op, schema, signature)] = f"{op}|{config_index}|0|{input_index}"
+                    keys[(op, schema, signature)] = format_key(op, config_index, 0, input_index)
         return keys
 
     def groups(self) -> List[Dict[str, Any]]:

@@ -1,16 +1,13 @@
-"""Where the PARAM-API door meets the engine: the current toolchain and PARAM's run options.
+"""Where the PARAM-API door meets the engine: the current toolchain and its registry tables.
 
-The only module of ``param_compute.lib`` that knows how toolchains start and how PARAM's
-``run_options`` dict maps onto :class:`RunOptions`; the others call these functions.
+The only module of ``param_compute.lib`` that knows how toolchains start; PARAM's ``run_options``
+dict becomes ``RunOptions.from_param``.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterator, Optional
-
-from param_compute.runtime.options import RunOptions
 
 _CURRENT: Dict[str, Any] = {"toolchain": None, "registrations": -1}
 
@@ -49,35 +46,6 @@ class RegistryView(Mapping):
 
     def __len__(self) -> int:
         return len(self._entries())
-
-
-def _enum_value(value: Any) -> Any:
-    """PARAM's enums, their values, or their ``str()`` forms (``"ExecutionPass.BACKWARD"``)."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, str) and "." in value:
-        return value.split(".", 1)[1].lower()
-    return value
-
-
-def run_options_from_param(run_options: Dict[str, Any]) -> RunOptions:
-    """PARAM's ``run_options`` dict (``get_benchmark_options()`` and edits) -> ``RunOptions``."""
-    exec_mode = _enum_value(run_options.get("op_exec_mode", "discrete")) or "discrete"
-    cuda_l2_cache = run_options.get("cuda_l2_cache", False)
-    if isinstance(cuda_l2_cache, str):
-        cuda_l2_cache = cuda_l2_cache == "on"
-    return RunOptions(
-        device=str(run_options.get("device") or "cpu"),
-        warmup=int(run_options.get("warmup", 1)),
-        iteration=int(run_options.get("iteration", 1)),
-        backward=_enum_value(run_options.get("pass_type", "forward")) == "backward",
-        exec_mode=exec_mode,
-        cuda_l2_cache=bool(cuda_l2_cache),
-        resume_id=run_options.get("resume_op_run_id"),
-        stop_id=run_options.get("stop_op_run_id"),
-        pt2_model=bool(run_options.get("pt2-model", run_options.get("pt2_model", False))),
-        cuda_graph=bool(run_options.get("cuda-graph", run_options.get("cuda_graph", False))),
-        throughput=False)  # max_memory: the default guard ("auto"), as run_benchmark
 
 
 def resolve_operator(name: str, device: Optional[str]) -> Optional[Any]:

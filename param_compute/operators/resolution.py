@@ -30,8 +30,8 @@ from param_compute.errors import did_you_mean
 from param_compute.plugins.interfaces import OperatorInterface
 from param_compute.plugins.registry import Registries
 from param_compute.operators.adapters import (AtenOperator, CallableOperator, InplaceMethodOperator,
-                                              ModuleOperator, aten_base_name, aten_overload_name,
-                                              op_namespace)
+                                              ModuleOperator)
+from param_compute.operators.names import aten_base_name, aten_overload_name, op_namespace
 from param_compute.spec.model import Resolution
 
 FUNCTION_NAMESPACES = {

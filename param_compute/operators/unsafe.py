@@ -13,6 +13,9 @@ draws from a ``value_range`` inside the pooled input's plane, or inside the wind
 ``pool_window`` over that plane (``spec.index_data``), with every shape consistent (what a
 capture writes for a CNN: ``index_rules`` gives max-pool indices their windows). That run
 cannot address outside its tensors, so it is measured in process like any other.
+
+Operators of custom namespaces (``fbgemm::...``, ``custom_namespace``) are isolated by default
+too: their kernels trust generated data as torch's unchecked ones do.
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ def base_name(op_name: str) -> str:
     if op_name.startswith("aten::"):
         return op_name[len("aten::"):].split(".", 1)[0]
     return op_name.rsplit(".", 1)[-1]
+
+
+def custom_namespace(op_name: str) -> Optional[str]:
+    """The namespace of an ``ns::op`` operator outside aten (``fbgemm``), else None. Its kernels
+    are not torch's and unchecked: by default its runs are measured in an isolated worker."""
+    namespace, sep, _ = op_name.partition("::")
+    return namespace if sep and namespace != "aten" else None
 
 
 def _true(spec: Any) -> bool:

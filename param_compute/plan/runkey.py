@@ -13,7 +13,7 @@ after ``0|0|1_9``). Torch-free.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 SEPARATOR = "|"
 
@@ -45,6 +45,26 @@ def format_config_build(config: Any, build: Any) -> str:
 def key_of(op: str, run_id: Any) -> str:
     """``op|id`` for an operator and a record id as written (any id, parsed or not)."""
     return f"{op}{SEPARATOR}{run_id}"
+
+
+def join_fields(*parts: Any) -> str:
+    """Text that carries a run key among other fields, in the key's separator (``NVTX range
+    names ``param_compute|op|config|build|input|phase|pass``, a per-run seed's text)."""
+    return SEPARATOR.join(str(part) for part in parts)
+
+
+def split_fields(text: Any) -> List[str]:
+    """The fields of :func:`join_fields`'s text."""
+    return str(text).split(SEPARATOR)
+
+
+def parse_config_build(text: Any) -> Tuple[int, str]:
+    """(config index, build id) of ``config|build`` (PARAM's ``config_build_id``; its older
+    files write ``config:build``); :class:`RunKeyError` says what is wrong otherwise."""
+    config, sep, build = str(text).replace(":", SEPARATOR).partition(SEPARATOR)
+    if not sep or not config.isdigit() or not config.isascii() or not build:
+        raise RunKeyError(f"{text!r} is not CONFIG|BUILD")
+    return int(config), build
 
 
 def _natural(text: str) -> Tuple:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from param_compute.dtypes import DTYPE_NAMES, ITEM_SIZE, short_dtype
+from param_compute.dtypes import DTYPE_NAMES, short_dtype
+from param_compute.plan.tensor_bytes import tensor_spec_bytes
 from param_compute.spec.walker import CONTAINER_TYPES, asl_data_specs, nested_data_specs
 
 _SCALAR_TYPES = ("int", "long", "float", "double", "bool", "str", "device", "dtype", "layout",
@@ -284,8 +285,9 @@ def estimate_flops(op_name: str, config: Any) -> int:
 
 def estimate_bytes(config: Any) -> int:
     """Bytes of the input tensors plus an output the size of the largest one."""
-    sizes = [_numel(shape) * ITEM_SIZE.get(dtype, 4) for label, shape, dtype in tensors(config)
-             if not label.startswith("build.")]
+    sizes = [tensor_spec_bytes(spec) for label, spec in data_specs(config)
+             if spec.get("type") == "tensor" and _is_shape(spec.get("shape"))
+             and not label.startswith("build.")]
     return sum(sizes) + max(sizes, default=0)
 
 

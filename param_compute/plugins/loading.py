@@ -191,10 +191,12 @@ def load_workloads_dir(registries: Registries, directory: Path) -> None:
 
 def load_plugins(registries: Registries, workloads_dirs: Sequence[Path] = (),
                  iterators: Mapping[str, type] = MappingProxyType({}),
-                 data_generators: Mapping[str, Callable[[], Any]] = MappingProxyType({})
-                 ) -> Registries:
+                 data_generators: Mapping[str, Callable[[], Any]] = MappingProxyType({}),
+                 builtin_workloads: bool = True) -> Registries:
     """Fill ``registries`` from every plugin source, in order, starting with the built-in
-    ``iterators`` and ``data_generators`` the caller (the toolchain) gives."""
+    ``iterators`` and ``data_generators`` the caller (the toolchain) gives. Without
+    ``builtin_workloads`` their modules are not imported (a dry run whose spec names none of
+    their entries validates without torch)."""
     with filling(registries):
         registries.loading_builtins = True
         try:
@@ -202,9 +204,10 @@ def load_plugins(registries: Registries, workloads_dirs: Sequence[Path] = (),
                 register_config_iterator(name, iterator)
             for name, generator in data_generators.items():
                 register_data_generator(name, generator)
-            _load_builtin_workloads(registries)
-            _guarded(registries, "built-in workloads imported before start-up",
-                     lambda: replay(process_registrations(builtin=True), registries))
+            if builtin_workloads:
+                _load_builtin_workloads(registries)
+                _guarded(registries, "built-in workloads imported before start-up",
+                         lambda: replay(process_registrations(builtin=True), registries))
         finally:
             registries.loading_builtins = False
         source = "registrations made before start-up"

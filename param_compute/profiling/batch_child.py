@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from param_compute.plan.runkey import RunKeyError, parse_config_build
 from param_compute.plan.runplan import PlannedRun
 from param_compute.profiling.nsight import BATCH_FORMAT
 from param_compute.process.lifeline import watch_parent
+from param_compute.runtime.child import ChildReplay, ChildSetupError, setup
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
@@ -72,16 +74,15 @@ def from_param_batch(batch: Dict[str, Any], source: str) -> Dict[str, Any]:
     them, have ``build_id`` and ``"CONFIG:BUILD"``); a missing ``op_exec_mode`` means discrete;
     ``pass_type`` is PARAM's enum value or its ``str()``.
     """
-    from param_compute.lib._engine import run_options_from_param
-
     op_info = batch["op_info"]
     if not isinstance(op_info, dict) or not isinstance(op_info.get("config"), list) \
             or not op_info["config"] or not isinstance(op_info["config"][0], dict):
         raise BatchFileError(f"{source}: op_info.config must hold one config entry")
     key = "config_build_id" if "config_build_id" in batch else "build_id"
-    config_id, sep, build_id = str(batch[key]).replace(":", "|").partition("|")
-    if not sep or not config_id.isdigit() or not build_id:
-        raise BatchFileError(f"{source}: {key} {batch[key]!r} is not CONFIG|BUILD")
+    try:
+        config_id, build_id = parse_config_build(batch[key])
+    except RunKeyError:
+        raise BatchFileError(f"{source}: {key} {batch[key]!r} is not CONFIG|BUILD") from None
     entry = op_info["config"][0]
     inputs = entry.get("input")
     if not isinstance(inputs, list) or not all(isinstance(item, dict) for item in inputs):
@@ -98,7 +99,7 @@ def from_param_batch(batch: Dict[str, Any], source: str) -> Dict[str, Any]:
     op_spec["config"] = [{"build": [build] if build else [], "input": plain}]
     if not isinstance(batch["run_options"], dict):
         raise BatchFileError(f"{source}: run_options must be an object")
-    options = replace(run_options_from_param(batch["run_options"]), nvtx_iterations=True)
+    options = replace(RunOptions.from_param(batch["run_options"]), nvtx_iterations=True)
     return {"format": BATCH_FORMAT, "op_name": batch["op_name"], "config_index": int(config_id),
             "build_id": build_id, "build": build, "runs": runs, "op_spec": op_spec,
             "options": options.to_json(), "source": source}
@@ -151,25 +152,21 @@ def _summary(record) -> str:
 
 
 def replay(document: Dict[str, Any]) -> int:
-    from param_compute.runtime.devices import check_device
-    from param_compute.runtime.executor import Executor
-    from param_compute.runtime.toolchain import Toolchain
-
-    toolchain = Toolchain.start([Path(d) for d in document.get("workloads_dirs") or ()])
+    """Measure the batch's runs with the child side ``runtime.child`` rebuilds from it."""
+    options = dict(document["options"])
+    if document.get("workloads_dirs") and not options.get("workloads_dirs"):
+        options["workloads_dirs"] = list(document["workloads_dirs"])  # a batch of an older run
     source = f"{document.get('source') or '<batch>'} (batch)"
-    spec = toolchain.validate({document["op_name"]: document["op_spec"]}, source)
-    options = RunOptions.from_json(document["options"], "options").check()
-    check_device(options.device)
     runs = planned_runs(document)
-    executor = Executor(toolchain.context(spec, options))
+    child = ChildReplay.start(setup({document["op_name"]: document["op_spec"]}, source, options))
     failed = 0
     try:
         for run in runs:
-            record = executor.execute(run)
+            record = child.execute(run)
             failed += record.status != "ok"
             print(f"{run.key}: {_summary(record)}", flush=True)
     finally:
-        executor.close()
+        child.close()
     print(f"batch done: {len(runs) - failed} measured, {failed} failed", flush=True)
     return EXIT_RUN_FAILED if failed else 0
 
@@ -197,7 +194,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             document["options"] = dict(document["options"], device=args.device)
         log.setLevel("DEBUG" if args.verbose else document.get("log_level") or "INFO")
         return replay(document)
-    except (BatchFileError, SpecError, OptionsError, KeyError, TypeError, ValueError) as exc:
+    except (BatchFileError, ChildSetupError, SpecError, OptionsError, KeyError, TypeError,
+            ValueError) as exc:
         log.debug("unusable batch", exc_info=True)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

@@ -20,10 +20,12 @@ exactly those runs: ``PROFILER [profiler args] python -m param_compute.profiling
   ``start_run_id``, ``end_run_id``, plus ``exit_status``, ``status`` and ``error``. A profiler
   that fails or is killed is recorded and the run goes on (exit status 1 at the end).
 
-The sink works through the engine's declared hooks, in any place of the sink list: a full batch
-is launched in ``before_run`` of the next run (or in ``end_runs``), so its line lands after its
-last run's line and before the next one; ``finish_fields`` adds ``profiled_batches`` to the
-finish line and ``summary_lines`` the per-profiler counts to the printed summary.
+The sink works through the engine's declared hooks (``RecordSink``), in any place of the sink
+list: a full batch is launched in ``before_run`` of the next run (or in ``end_runs``) and its
+line comes back through ``pending_lines``, so it lands after its last run's line and before the
+next one; ``finish_fields`` adds ``profiled_batches`` to the finish line, ``summary_lines`` the
+per-profiler counts to the printed summary and ``final_status`` a failed batch to the exit
+status.
 This module is torch-free.
 """
 
@@ -39,7 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from param_compute.errors import EXIT_RUN_FAILED
 from param_compute.plan.runplan import PlannedRun
@@ -47,9 +49,10 @@ from param_compute.plan.runkey import format_config_build, key_of
 from param_compute.profiling.nsight import (BATCH_FORMAT, PROFILERS, BatchSettings, Profiler,
                                             child_options)
 from param_compute.results.records import STATUS_OK, RunRecord
-from param_compute.results.sinks.base import RunSummary
+from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.process.lifeline import (PARENT_PID_ENV, die_with_parent, private_directory,
                                             remove_stale_directories)
+from param_compute.runtime.child import operator_entry
 from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import Interrupted, exit_description
 
@@ -94,27 +97,26 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-class BatchProfiler:
+class BatchProfiler(RecordSink):
     """The ``--ncu``/``--nsys`` sink: queues measured runs, launches the profiled batches and
-    writes a line per launch into the results through ``writer.write_line`` (the results
-    sink). ``workloads_dirs``: the plugin folders the child loads."""
+    makes a line per launch for the results file (``pending_lines``: the engine hands it to
+    the results sink). The child rebuilds its toolchain from ``options`` (plugin folders and
+    namespaces included). ``requeue``: keys of runs an earlier attempt measured but no batch
+    profiled (``unprofiled_runs``); they are profiled when the resumed run skips them."""
 
     def __init__(self, settings: BatchSettings, spec, options: RunOptions, results: Path,
-                 writer, workloads_dirs: Sequence[Any] = ()):
+                 requeue: Iterable[str] = ()):
         self.settings = settings
         self.spec = spec
         self.options = options
         self.results = Path(results)
-        self.writer = writer
-        self.workloads_dirs = [str(d) for d in workloads_dirs]
+        self.lines: List[Dict[str, Any]] = []  # batch lines not yet handed to the engine
         self.queue: List[PlannedRun] = []
         self.batches = 0
         self.launches: Dict[str, Dict[str, int]] = {p.kind: {"ok": 0, "failed": 0}
                                                     for p in settings.profilers}
         self.failed: List[Dict[str, Any]] = []
-        #: Runs measured by an earlier attempt (skipped now, on --resume) that no batch profiled:
-        #: that attempt was killed before their batch ran. They are queued again.
-        self.requeue: set = set()
+        self.requeue = set(requeue)
 
     # -- RecordSink ---------------------------------------------------------------------------
 
@@ -151,12 +153,12 @@ class BatchProfiler:
                 + (f", {counts['failed']} failed" if counts["failed"] else "")
                 for kind, counts in self.launches.items()]
 
-    def finish(self, summary: RunSummary) -> None:
-        pass
+    def pending_lines(self) -> List[Dict[str, Any]]:
+        lines, self.lines = self.lines, []
+        return lines
 
-    def exit_status(self, summary: RunSummary) -> int:
+    def final_status(self, status: int) -> int:
         """The run's exit status, 1 where it was 0 but a profiled batch failed."""
-        status = summary.exit_status
         return EXIT_RUN_FAILED if status == 0 and self.failed else status
 
     # -- batches --------------------------------------------------------------------------------
@@ -171,11 +173,7 @@ class BatchProfiler:
 
     def _op_spec(self, run: PlannedRun) -> Dict[str, Any]:
         """The operator's spec entry, reduced to the one config the runs come from."""
-        op = self.spec.operators[run.op_index]
-        return {"build_iterator": op.build_iterator, "input_iterator": op.input_iterator,
-                "build_data_generator": op.build_data_generator,
-                "input_data_generator": op.input_data_generator,
-                "config": [op.configs[run.config_index]]}
+        return operator_entry(self.spec.operators[run.op_index], run.config_index)
 
     def param_config(self, runs: Sequence[PlannedRun], options: RunOptions) -> Dict[str, Any]:
         """PARAM's batch ``config``: op name, build id, op info with the queued inputs (each
@@ -201,7 +199,7 @@ class BatchProfiler:
                 "runs": [{"id": run.id, "input_id": run.input_id, "input": run.input}
                          for run in runs],
                 "op_spec": self._op_spec(first), "source": self.spec.source,
-                "options": options.to_json(), "workloads_dirs": self.workloads_dirs,
+                "options": options.to_json(),
                 "log_level": logging.getLevelName(log.getEffectiveLevel())}
 
     def output_path(self, profiler: Profiler) -> Path:
@@ -283,7 +281,7 @@ class BatchProfiler:
             self.failed.append(record)
             log.warning("%s batch %s .. %s failed: %s", kind, record["start_run_id"],
                         record["end_run_id"], error)
-        self.writer.write_line(record)
+        self.lines.append(record)
 
     def _launch(self, command: List[str], prefix: str) -> Tuple[Optional[int], Optional[str]]:
         """Run the profiler, streaming its output (and the child's) to the log with a prefix;

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from param_compute.errors import OptionsError
-from param_compute.runtime.ranges import NCU_ITERATION_FILTER
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
@@ -110,6 +109,8 @@ class Profiler:
     def command(self, output: Path, child: Sequence[str]) -> List[str]:
         """The profiler's defaults, then the user's args file, then the child command."""
         if self.kind == "ncu":
+            from param_compute.runtime.ranges import NCU_ITERATION_FILTER  # imports nvtx
+
             head = [self.binary, "--csv", "--log-file", str(output), "--target-processes", "all",
                     "--nvtx", "--nvtx-include", NCU_ITERATION_FILTER]
         else:

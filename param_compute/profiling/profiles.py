@@ -73,7 +73,7 @@ class BatchRecord:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} batch {self.op_name}|{self.start_run_id} .. {self.end_run_id}"
+        return f"{self.kind} batch {key_of(self.op_name, self.start_run_id)} .. {self.end_run_id}"
 
 
 def locate(recorded: str, results: Path) -> Path:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from param_compute.plan.runkey import key_of
+
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
 AGREE = 1.25
 #: Op name parts whose time depends on the values of index or integer data.
@@ -129,7 +131,7 @@ def build_ledger(records: Iterable[Dict[str, Any]],
             row["isolated_ms"] = (row["isolated_ms"] or 0.0) + median * count
         else:
             row["failed"] += 1
-        in_step = in_step_configs.get(f"{op}|{record.get('id')}")
+        in_step = in_step_configs.get(key_of(op, record.get("id")))
         if isinstance(in_step, dict) and _number(in_step.get("in_step_us")) is not None:
             calls = in_step.get("calls")
             if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:

@@ -163,30 +163,13 @@ class RunRecord:
 
 
 #: PARAM's string forms of its pass and execution-mode enums, as its results header writes them.
-PARAM_PASS_TYPE = {False: "ExecutionPass.FORWARD", True: "ExecutionPass.BACKWARD"}
-
-
-def param_exec_mode(mode: str) -> str:
-    """``"continuous_events"`` -> ``"OpExecutionMode.CONTINUOUS_EVENTS"``."""
-    return f"OpExecutionMode.{str(mode).upper()}"
-
-
 def add_param_header_keys(header: Dict[str, Any], cmd_args: Dict[str, Any]) -> Dict[str, Any]:
-    """Put PARAM's header keys beside ours (in place; returns ``header``).
-
-    ``run_options``: ``pass_type``/``op_exec_mode`` in PARAM's enum string forms (ours stay in
-    ``backward``/``exec_mode``), ``cuda_l2_cache`` as PARAM's bool, ``time_unit``,
-    ``cmd_args`` (the command line's values); ``sys_info``: ``param_train_compute_version``
-    (our version).
+    """Put PARAM's header keys beside ours that are not run options (in place; returns
+    ``header``): ``run_options.cmd_args`` (the command line's values) and
+    ``sys_info.param_train_compute_version`` (our version). PARAM's run-option keys
+    (``pass_type``, ``op_exec_mode``...) are in ``RunOptions.to_json`` already.
     """
     options = header.setdefault("run_options", {})
-    options["pass_type"] = PARAM_PASS_TYPE[bool(options.get("backward"))]
-    options["op_exec_mode"] = param_exec_mode(options.get("exec_mode") or "discrete")
-    if isinstance(options.get("cuda_l2_cache"), str):
-        options["cuda_l2_cache"] = options["cuda_l2_cache"] == "on"
-    options.setdefault("time_unit", "millisecond")
-    options["pt2-model"] = bool(options.get("pt2_model"))
-    options["cuda-graph"] = bool(options.get("cuda_graph"))
     options["cmd_args"] = cmd_args
     info = header.setdefault("sys_info", {})
     info["param_train_compute_version"] = info.get("param_compute_version", "unknown")

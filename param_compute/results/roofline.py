@@ -14,6 +14,8 @@ import html
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from param_compute.plan.runkey import key_of
+
 WIDTH, HEIGHT, MARGIN = 680, 420, 60
 
 
@@ -31,7 +33,7 @@ def roofline_points(records: Sequence[Dict[str, Any]]) -> Tuple[List[Dict[str, A
             flops_rate = (rates.get("tflops_per_s") or 0) * 1e12
             if rates.get("flops_util") and flops_rate > 0:
                 roofs.add(round(flops_rate / rates["flops_util"], -3))
-            points.append({"label": f"{record.get('op_name')}|{record.get('id')} {name}",
+            points.append({"label": f"{key_of(record.get('op_name'), record.get('id'))} {name}",
                            "intensity": rates.get("intensity") or 0.0, "flops": flops_rate,
                            "bw_util": rates["bw_util"], "bound": rates.get("bound"),
                            "util": rates.get("util")})

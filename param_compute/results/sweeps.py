@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from param_compute.plan.runkey import SEPARATOR, RunKey, RunKeyError
+from param_compute.plan.runkey import RunKey, RunKeyError, join_fields
 from param_compute.plan.summary import estimate_flops, features, numeric_column, varying_features
 from param_compute.results.fields import measured_passes, pass_throughput
 
@@ -90,8 +90,8 @@ def _series_key(run_id: str) -> Tuple[str, ...]:
 
 
 def _pattern(key: Tuple[str, ...]) -> str:
-    return SEPARATOR.join(k if i == 0 else (f"{k}_*" if k != "*" else "*")
-                    for i, k in enumerate(key))
+    return join_fields(*(k if i == 0 else (f"{k}_*" if k != "*" else "*")
+                         for i, k in enumerate(key)))
 
 
 @dataclass

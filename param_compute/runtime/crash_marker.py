@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from param_compute.plan.runplan import PlannedRun
+from param_compute.results.sinks.base import RecordSink
 
 log = logging.getLogger("param_compute")
 
@@ -64,7 +65,7 @@ def crash_message(reason: str) -> str:
             "run it with --isolate to measure it")
 
 
-class CrashMarker:
+class CrashMarker(RecordSink):
     """The sink that keeps ``<results>.running`` (see the module's doc)."""
 
     def __init__(self, results: Path):

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 from param_compute.dtypes import DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES, is_differentiable
+from param_compute.plan.runkey import join_fields
 from param_compute.plugins.interfaces import DataGenerator
 from param_compute.runtime.index_values import bag_values, draw_integers, pool_window_values
 from param_compute.spec.index_data import UNIFORM
@@ -28,7 +29,7 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def seed_for_run(seed: int, run_key: str) -> int:
     """A per-run seed that depends only on ``--seed`` and the run's ``op|id`` key."""
-    return zlib.crc32(f"{seed}|{run_key}".encode()) ^ (seed & 0xFFFFFFFF)
+    return zlib.crc32(join_fields(seed, run_key).encode()) ^ (seed & 0xFFFFFFFF)
 
 
 def seed_generators(seed: int, device: str = "cpu") -> None:

@@ -11,12 +11,13 @@ import logging
 import signal
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from param_compute.operators.unsafe import unsafe_reason
+from param_compute.operators.unsafe import custom_namespace, unsafe_reason
 from param_compute.plan.runplan import PlannedRun, count_runs, plan_runs
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunError,
                                            RunRecord)
-from param_compute.results.sinks.base import RecordSink, RunSummary
+from param_compute.results.sinks.base import Hooks, RecordSink, RunSummary, as_sink
+from param_compute.runtime.child import ChildSetupError
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.spec.model import BenchmarkSpec
 
@@ -59,23 +60,23 @@ class Engine:
 
     def __init__(self, spec: BenchmarkSpec, options: RunOptions, toolchain,
                  sinks: Iterable[RecordSink] = (),
-                 run_filters: Sequence[Callable[[PlannedRun], bool]] = ()):
+                 run_filters: Sequence[Callable[[PlannedRun], bool]] = (),
+                 refused: Optional[Dict[str, str]] = None):
         """``toolchain`` (``runtime.toolchain.Toolchain``) gives the config iterators and the
         executor's context; ``run_filters`` further select runs (a shard's slice, runs not yet
         done when resuming); a run every filter accepts and ``--resume-id``/``--stop-id`` select
-        runs."""
+        runs. ``refused``: runs not executed but recorded as errors, by key -> message (a
+        config that crashed the previous attempt: ``runtime.crash_marker``)."""
         self.spec = spec
         self.options = options
         self.iterators = toolchain.registries.config_iterators
         self.toolchain = toolchain
-        self.sinks = list(sinks)
+        self.sinks = [as_sink(sink) for sink in sinks]
+        self.hooks = Hooks(self.sinks)
         self.run_filters = list(run_filters)
         self._isolated = None  # the worker for runs that must be isolated (``_execute``)
-        #: Runs not executed but recorded as errors, by key -> message (a config that crashed
-        #: the previous attempt: ``runtime.crash_marker``).
-        self.refused: Dict[str, str] = {}
-        self._before_execute = [sink.before_execute for sink in self.sinks
-                                if hasattr(sink, "before_execute")]
+        self.refused: Dict[str, str] = dict(refused or {})
+        self._isolated_ops: set = set()  # custom-namespace operators already said isolated
 
     def plan(self) -> Iterable[PlannedRun]:
         return plan_runs(self.spec, self.iterators, self.options.device)
@@ -99,41 +100,23 @@ class Engine:
         """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
         summary = RunSummary()
         selector = RunSelector(self.options.resume_id, self.options.stop_id)
-        for sink in self.sinks:
-            sink.start(self.total())
+        total = self.total() if self.hooks.start else None  # counted once, for every sink
+        for start in self.hooks.start:
+            start(total)
         executor = None
-        before = [sink.before_run for sink in self.sinks if hasattr(sink, "before_run")]
-        filters = self.run_filters
         try:
             executor = self._executor()
-            for run in self.plan():
-                for hook in before:
-                    hook(run)
-                if not selector.wants(run) or (filters and not all(f(run) for f in filters)):
-                    summary.skipped += 1
-                    self._emit(run, None)
-                    if selector.stopped:
-                        break
-                    continue
-                if executor is None:
-                    record = RunRecord(run.op_name, run.id, run.config(), STATUS_DRY_RUN)
-                    summary.dry_run += 1
-                else:
-                    record = self._execute(executor, run)
-                    if record.status == STATUS_OK:
-                        summary.ok += 1
-                    else:
-                        summary.failed.append(record)
-                self._emit(run, record)
-                if self.options.fail_fast and record.status == STATUS_ERROR:
-                    summary.stopped_early = True
-                    log.warning("stopping at the first failure (--fail-fast)")
-                    break
+            self._loop(executor, selector, summary)
         except (KeyboardInterrupt, Interrupted) as stop:
             summary.interrupted = getattr(stop, "signum", signal.SIGINT)
             log.warning("interrupted by %s: writing the summary", signal.Signals(
                 summary.interrupted).name)
+        except ChildSetupError as exc:  # the same for every run: said once, the run ends
+            summary.aborted = str(exc)
+            summary.finish_fields["aborted"] = summary.aborted
+            log.error("%s; no further run is tried", exc)
         finally:
+            self._pass_lines()
             if executor is not None:
                 executor.close()
             if self._isolated is not None:
@@ -145,11 +128,59 @@ class Engine:
         self._end_runs(summary)
         # However many signals arrive now, every sink finishes (one finish line, always).
         with GUARD.held() as held:
-            for sink in self.sinks:
-                sink.finish(summary)
+            for finish in self.hooks.finish:
+                finish(summary)
         if held.signum is not None and not summary.interrupted:
             summary.interrupted = held.signum
         return summary
+
+    def _loop(self, executor, selector: RunSelector, summary: RunSummary) -> None:
+        filters = self.run_filters
+        for run in self.plan():
+            for before_run in self.hooks.before_run:
+                before_run(run)
+            if self.hooks.pending_lines:
+                self._pass_lines()
+            if not selector.wants(run) or (filters and not all(f(run) for f in filters)):
+                summary.skipped += 1
+                self._emit(run, None)
+                if selector.stopped:
+                    break
+                continue
+            if executor is None:
+                record = RunRecord(run.op_name, run.id, run.config(), STATUS_DRY_RUN)
+                summary.dry_run += 1
+            else:
+                record = self._execute(executor, run)
+                if record.status == STATUS_OK:
+                    summary.ok += 1
+                else:
+                    summary.failed.append(record)
+            self._emit(run, record)
+            if self.options.fail_fast and record.status == STATUS_ERROR:
+                summary.stopped_early = True
+                log.warning("stopping at the first failure (--fail-fast)")
+                break
+
+    def _isolation_reason(self, run: PlannedRun) -> Optional[str]:
+        """Why this run must be measured in an isolated worker although the run is not
+        isolated: an operator known to touch memory out of bounds, or one of a custom
+        namespace (its kernels are not torch's; a crash there must not end the run)."""
+        if self.options.isolate:
+            return None
+        reason = unsafe_reason(run.op_name, run.input,
+                               self.spec.operators[run.op_index].input_data_generator)
+        if reason is not None:
+            log.warning("%s: %s: measured in an isolated worker", run.key, reason)
+            return reason
+        namespace = custom_namespace(run.op_name)
+        if namespace is not None and self.options.isolate_custom:
+            if run.op_name not in self._isolated_ops:
+                self._isolated_ops.add(run.op_name)
+                log.info("%s: operator of the custom namespace %s::, measured in an isolated "
+                         "worker (--no-isolate-custom: in this process)", run.op_name, namespace)
+            return f"custom namespace {namespace}"
+        return None
 
     def _execute(self, executor, run: PlannedRun) -> RunRecord:
         """A run of an operator known to touch memory out of bounds (``operators.unsafe``) goes
@@ -157,13 +188,10 @@ class Engine:
         if run.key in self.refused:
             return RunRecord(run.op_name, run.id, run.config(), STATUS_ERROR,
                              error=RunError("CrashedBefore", self.refused[run.key], "run"))
-        for hook in self._before_execute:
-            hook(run)
-        reason = None if self.options.isolate else unsafe_reason(
-            run.op_name, run.input, self.spec.operators[run.op_index].input_data_generator)
-        if reason is None:
+        for before_execute in self.hooks.before_execute:
+            before_execute(run)
+        if self._isolation_reason(run) is None:
             return executor.execute(run)
-        log.warning("%s: %s: measured in an isolated worker", run.key, reason)
         if self._isolated is None:
             from param_compute.runtime.isolation import IsolatedExecutor
 
@@ -172,21 +200,28 @@ class Engine:
 
     def _end_runs(self, summary: RunSummary) -> None:
         """The sinks' ``end_runs``, ``finish_fields`` and ``summary_lines`` hooks, in order."""
-        for sink in self.sinks:
-            if hasattr(sink, "end_runs"):
-                try:
-                    sink.end_runs(summary)
-                except (KeyboardInterrupt, Interrupted) as stop:  # the finish still happens
-                    summary.interrupted = summary.interrupted or getattr(stop, "signum",
-                                                                         signal.SIGINT)
-        for sink in self.sinks:
-            if hasattr(sink, "finish_fields"):
-                summary.finish_fields.update(sink.finish_fields(summary))
-            if hasattr(sink, "summary_lines"):
-                summary.notes.extend(sink.summary_lines(summary))
+        for end_runs in self.hooks.end_runs:
+            try:
+                end_runs(summary)
+            except (KeyboardInterrupt, Interrupted) as stop:  # the finish still happens
+                summary.interrupted = summary.interrupted or getattr(stop, "signum",
+                                                                     signal.SIGINT)
+            finally:
+                self._pass_lines()
+        for finish_fields in self.hooks.finish_fields:
+            summary.finish_fields.update(finish_fields(summary))
+        for summary_lines in self.hooks.summary_lines:
+            summary.notes.extend(summary_lines(summary))
+
+    def _pass_lines(self) -> None:
+        """Lines sinks made for the results file (``pending_lines``), handed to every sink."""
+        for pending_lines in self.hooks.pending_lines:
+            for line in pending_lines():
+                for add_line in self.hooks.add_line:
+                    add_line(line)
 
     def _emit(self, run: PlannedRun, record: Optional[RunRecord]) -> None:
-        for sink in self.sinks:
-            sink.run_done(run, record)
+        for run_done in self.hooks.run_done:
+            run_done(run, record)
 
 

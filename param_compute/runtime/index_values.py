@@ -43,7 +43,7 @@ def draw_integers(shape: Sequence[int], low: int, high: int, distribution: str,
 def _bag_lengths(indices: int, bags: int, lengths: str) -> torch.Tensor:
     if lengths == "fixed" or bags == 0:
         return torch.tensor(fixed_lengths(indices, bags), dtype=torch.int64)
-    generator = torch.Generator().manual_seed(zlib.crc32(f"bags|{indices}|{bags}".encode()))
+    generator = torch.Generator().manual_seed(zlib.crc32(f"bags {indices} {bags}".encode()))
     chosen = torch.randint(0, bags, (indices,), generator=generator)
     return torch.bincount(chosen, minlength=bags)
 

@@ -11,7 +11,10 @@ each planned run (a tuple) with the record's fields, until it receives ``None``.
 The worker never outlives the run (``PR_SET_PDEATHSIG``: killed with its parent, even by
 ``kill -9``), and on the CPU it runs under an address-space cap (``memory_guard``): an allocation
 the memory guard's estimate missed fails in the worker as a ``MemoryError`` instead of exhausting
-the host. A worker that cannot start makes its run an error record; after
+the host. The worker rebuilds its side with ``child.ChildReplay`` from the options' one JSON form
+(plugin folders and allowed namespaces included). A worker whose setup is refused (the spec or
+the options, the same for every run) ends the run: ``ChildSetupError`` reaches the engine, which
+says so once. A worker that crashes while starting makes its run an error record; after
 ``START_ATTEMPTS`` failed starts in a row the remaining runs are error records without a new try.
 """
 
@@ -26,9 +29,9 @@ from typing import Any, Dict, Optional
 
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import STATUS_ERROR, RunError, RunRecord
+from param_compute.runtime.child import ChildReplay, ChildSetupError, setup, spec_entries
 from param_compute.runtime.context import ExecutionContext
 from param_compute.process.lifeline import die_with_parent
-from param_compute.runtime.options import RunOptions
 from param_compute.process.signals import exit_description
 
 log = logging.getLogger("param_compute")
@@ -43,49 +46,39 @@ class WorkerLost(Exception):
     """The worker died or overran its time; the message says which."""
 
 
-def _spec_as_dict(spec) -> Dict[str, Any]:
-    return {op.name: {"build_iterator": op.build_iterator, "input_iterator": op.input_iterator,
-                      "build_data_generator": op.build_data_generator,
-                      "input_data_generator": op.input_data_generator,
-                      "config": list(op.configs)}
-            for op in spec.operators}
-
-
 def _signal_text(exitcode: Optional[int]) -> str:
     return "crashed" if exitcode is None else f"crashed: {exit_description(exitcode)}"
 
 
-def worker_main(connection, setup: Dict[str, Any]) -> None:
-    """The worker process: its own toolchain and executor, then execute runs until told to stop."""
+def worker_main(connection, given: Dict[str, Any]) -> None:
+    """The worker process: its side rebuilt (``child``), then execute runs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the run stops
-    die_with_parent(parent=setup.get("parent_pid"))
-    from param_compute.runtime.executor import Executor
+    die_with_parent(parent=given.get("parent_pid"))
     from param_compute.runtime.memory_guard import address_space_cap, apply_address_space_cap
-    from param_compute.runtime.toolchain import Toolchain
 
     try:
-        toolchain = Toolchain.start(setup["workloads_dirs"])
-        spec = toolchain.validate(setup["spec"], setup["source"])
-        options = dataclasses.replace(RunOptions.from_json(setup["options"]), isolate=False,
-                                      timeout=None)
-        executor = Executor(toolchain.context(spec, options))
-        apply_address_space_cap(address_space_cap(executor.memory_limit, options.device,
-                                                  options.num_threads))
-    except BaseException as exc:  # reported to the parent, which cannot go on without us
-        _tell(connection, ("setup failed", f"{type(exc).__name__}: {exc}"))
+        replay = ChildReplay.start(given, isolate=False, timeout=None)
+    except ChildSetupError as exc:  # the same for every run: the parent ends the run
+        _tell(connection, ("setup failed", str(exc)))
         return
+    except BaseException as exc:  # reported to the parent, which cannot go on without us
+        _tell(connection, ("start failed", f"{type(exc).__name__}: {exc}"))
+        return
+    executor = replay.executor
+    apply_address_space_cap(address_space_cap(executor.memory_limit, replay.options.device,
+                                              replay.options.num_threads))
     try:
         if not _tell(connection, ("ready",)):
             return
         while True:
             message = connection.recv()
             if message is None or not _tell(connection, dataclasses.asdict(
-                    executor.execute(PlannedRun(*message)))):
+                    replay.execute(PlannedRun(*message)))):
                 break
     except EOFError:  # the parent went away
         pass
     finally:
-        executor.close()
+        replay.close()
 
 
 def _tell(connection, message: Any) -> bool:
@@ -113,6 +106,9 @@ class _Worker:
         except BaseException:  # the run stopped (SIGTERM, Ctrl-C) while the worker started
             self.kill()
             raise
+        if isinstance(answer, tuple) and answer[:1] == ("setup failed",):
+            self.kill()
+            raise ChildSetupError(f"the isolated worker could not start: {answer[1]}")
         if not isinstance(answer, tuple) or answer[:1] != ("ready",):
             self.kill()
             raise WorkerLost(f"the isolated worker could not start: {answer[1]}")
@@ -155,10 +151,8 @@ class IsolatedExecutor:
 
     def __init__(self, context: ExecutionContext):
         self.options = context.options
-        self.setup = {"spec": _spec_as_dict(context.spec), "source": context.spec.source,
-                      "options": context.options.to_json(),
-                      "workloads_dirs": [str(d) for d in context.workloads_dirs],
-                      "parent_pid": os.getpid()}
+        self.setup = dict(setup(spec_entries(context.spec), context.spec.source,
+                                context.options), parent_pid=os.getpid())
         self.context = multiprocessing.get_context("spawn")
         self.worker: Optional[_Worker] = None
         self.failed_starts = 0

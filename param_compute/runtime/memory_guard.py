@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
-from param_compute.dtypes import DTYPE_NAMES, ITEM_SIZE
+from param_compute.plan.tensor_bytes import storage_elements, tensor_spec_bytes  # noqa: F401
 from param_compute.errors import OptionsError
 
 DEFAULT_FRACTION = 0.5
@@ -52,48 +52,11 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def _int(value: Any) -> int:
-    """A dim, stride or offset as the estimate counts it: non-numbers and negatives are 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def storage_elements(shape: Any, stride: Any = None, offset: Any = 0) -> int:
-    """Elements of storage a tensor spec makes the data generator allocate.
-
-    Contiguous: the product of the dims. With ``stride`` or ``storage_offset``: the storage the
-    view needs, ``offset + 1 + sum((size - 1) * stride)`` (``offset`` alone for an empty view);
-    a stride list of the wrong length is counted as the generator pairs it with the dims (the
-    generator refuses it, but the estimate must not be the smaller for it) and never below the
-    dense size; with one stride per dim (stride 0 for broadcast views) it is exactly the storage.
-    """
-    dims = [_int(d) for d in shape] if isinstance(shape, list) else []
-    dense = 1
-    for dim in dims:
-        dense *= dim
-    if stride is None and not offset:
-        return dense
-    offset = _int(offset)
-    if any(dim == 0 for dim in dims):
-        return offset
-    strides = [_int(s) for s in stride] if isinstance(stride, list) else []
-    if not strides:  # an offset contiguous view
-        return offset + dense
-    view = 1 + sum((size - 1) * step for size, step in zip(dims, strides))
-    return offset + (view if len(strides) == len(dims) else max(view, dense))
-
-
-def _tensor_bytes(spec: Dict[str, Any]) -> int:
-    dtype = DTYPE_NAMES.get(spec.get("dtype"), "float32")
-    elements = storage_elements(spec.get("shape") or [], spec.get("stride"),
-                                spec.get("storage_offset", 0))
-    return elements * ITEM_SIZE.get(dtype, 8)
-
-
 def spec_bytes(value: Any) -> int:
     """Tensor bytes described by a data spec, arg-spec-list, or config (recursively)."""
     if isinstance(value, dict):
         if value.get("type") == "tensor":
-            return _tensor_bytes(value)
+            return tensor_spec_bytes(value)
         return sum(spec_bytes(v) for v in value.values() if isinstance(v, (dict, list)))
     if isinstance(value, list):
         return sum(spec_bytes(v) for v in value)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import typing
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
-from typing import Any, Dict, Optional, Union
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
+from param_compute.runtime.flags import flag
 from param_compute.runtime.timing import ExecMode
 
 
@@ -26,53 +29,169 @@ def max_threads() -> int:
     return THREADS_PER_CPU * max(cpus, os.cpu_count() or 1)
 
 
+def _exec_mode(value: Any) -> ExecMode:
+    return ExecMode(value)
+
+
+def _memory(value: str) -> Union[int, str, None]:
+    from param_compute.runtime.memory_guard import parse_size
+
+    return "auto" if value == "auto" else parse_size(value)
+
+
+def _texts(values: Any) -> Tuple[str, ...]:
+    return tuple(str(v) for v in values)
+
+
+#: PARAM's header forms of the pass and the exec mode (``ExecutionPass.FORWARD``, ...).
+PARAM_PASS_TYPE = {False: "ExecutionPass.FORWARD", True: "ExecutionPass.BACKWARD"}
+
+
+def param_exec_mode(mode: str) -> str:
+    """``"continuous_events"`` -> ``"OpExecutionMode.CONTINUOUS_EVENTS"``."""
+    return f"OpExecutionMode.{str(mode).upper()}"
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    device: str = "cpu"
-    warmup: int = 1
-    iteration: int = 1
-    backward: bool = False
-    exec_mode: ExecMode = ExecMode.DISCRETE
-    num_threads: int = 1
-    seed: int = 0
-    resume_id: Optional[str] = None
-    stop_id: Optional[str] = None
-    dry_run: bool = False
+    """Everything a run, and every process it starts (isolated worker, profiled child), needs.
+
+    A field with a flag (``runtime.flags.flag``) is set from the command line by that flag;
+    :meth:`to_json` is the one JSON form (results header, batch files, worker setup)."""
+
+    device: str = flag("-d", "--device", default="cpu",
+                       help="cpu, cuda or cuda:N (default cpu)")
+    warmup: int = flag("-w", "--warmup", default=1, type=int,
+                       help="warm-up iterations (default 1)")
+    iteration: int = flag("-i", "--iteration", default=1, type=int,
+                          help="measured iterations (default 1)")
+    backward: bool = flag("-b", "--backward", default=False, action="store_true",
+                          help="also time the backward pass (gradient creation is not timed)")
+    exec_mode: ExecMode = flag(
+        "--exec-mode", default=ExecMode.DISCRETE, parse=_exec_mode,
+        choices=[m.value for m in ExecMode], cli_default=ExecMode.DISCRETE.value,
+        help="discrete: each iteration timed alone; continuous: the loop timed as a whole; "
+             "continuous_events: back to back, one event pair per iteration")
+    num_threads: int = flag("--num-threads", default=1, type=int,
+                            help="torch intra-op threads (default 1, as PARAM)")
+    seed: int = flag("--seed", default=0, type=int,
+                     help="seed for generated data; same seed, same data (default 0)")
+    resume_id: Optional[str] = flag(
+        "-r", "--resume-id", default=None,
+        help="skip runs before this op_name|id; it and the runs after it run")
+    stop_id: Optional[str] = flag(
+        "-s", "--stop-id", "--stop_id", default=None,
+        help="stop at this op_name|id: it and everything after are skipped")
+    dry_run: bool = flag("--dry-run", default=False, action="store_true",
+                         help="validate and expand only: write the planned runs, allocate "
+                              "nothing")
     #: Adaptive iterations: keep measuring until the measured time reaches this many seconds.
-    min_time: float = 0.0
-    max_iteration: int = 100_000
+    min_time: float = flag(
+        "--min-time", default=0.0, type=float, metavar="S",
+        help="adaptive: after -i iterations keep measuring until the measured time reaches S "
+             "seconds (capped by --max-iteration)")
+    max_iteration: int = flag("--max-iteration", default=100_000, type=int,
+                              help="cap on measured iterations with --min-time (default 100000)")
     #: Time-based warm-up: after the ``warmup`` calls keep warming until this many seconds of
     #: calls have run (with ``min_time``, also until the per-block median stops drifting).
-    warmup_time: float = 0.0
+    warmup_time: float = flag(
+        "--warmup-time", default=0.0, type=float, metavar="S",
+        help="after the -w calls keep warming up until S seconds of calls have run (with "
+             "--min-time also until the per-block median settles); recommended: "
+             "--warmup-time 0.2 --min-time 0.5")
     #: Check what was timed against eager ("eager") or a float64 eager run ("fp64").
-    verify: Optional[str] = None
+    verify: Optional[str] = flag(
+        "--verify", default=None, nargs="?", const="eager", choices=["eager", "fp64"],
+        help="check what was timed (compiled, graph-replayed) against an eager call (or, =fp64, "
+             "a float64 eager call): outputs and, with -b, gradients; a FAIL exits 1")
     #: A peaks file (FLOP/s per dtype, bytes/s) instead of the calibrated ones in the cache.
-    peaks: Optional[str] = None
+    peaks: Optional[str] = flag(
+        "--peaks", default=None, metavar="FILE", parse=str,
+        help="machine peaks (FLOP/s per dtype, bytes/s) for utilization, instead of those "
+             "`python -m param_compute.calibrate` cached for this machine")
     #: Keep the CUDA L2 cache warm between discrete iterations instead of flushing it.
-    cuda_l2_cache: bool = False
+    cuda_l2_cache: bool = flag(
+        "--cuda-l2-cache", default=False, parse=lambda value: value == "on",
+        choices=["on", "off"], nargs="?", const="on", cli_default="off",
+        help="off (default): flush the L2 cache before each discrete iteration; on (or the bare "
+             "flag): keep it warm, as PARAM's default")
     #: Count FLOPs and bytes once per config (one extra untimed call per pass).
-    throughput: bool = True
-    pt2_model: bool = False
-    cuda_graph: bool = False
-    profile: bool = False
-    execution_trace: bool = False
+    throughput: bool = flag("--no-throughput", default=True, action="store_false",
+                            help="skip counting FLOPs/bytes (one extra untimed call per pass)")
+    pt2_model: bool = flag("--pt2-model", default=False, action="store_true",
+                           help="torch.compile each operator call; compile time reported "
+                                "separately")
+    cuda_graph: bool = flag("--cuda-graph", default=False, action="store_true",
+                            help="capture the forward call in a CUDA graph once, replay it per "
+                                 "iteration")
+    profile: bool = flag("-p", "--profile", default=False, action="store_true",
+                         help="run under torch.profiler; write a Chrome trace beside the "
+                              "results")
+    execution_trace: bool = flag("--et", default=False, action="store_true",
+                                 help="write a PyTorch execution trace of the run beside the "
+                                      "results")
     #: Stop at the first failed run.
-    fail_fast: bool = False
+    fail_fast: bool = flag("--fail-fast", default=False, action="store_true",
+                           help="stop at the first failed run")
     #: Refuse configs whose tensors are estimated above this many bytes: "auto" (half of the
     #: memory available at start), an int, or None (no limit).
-    max_memory: Union[int, str, None] = "auto"
+    max_memory: Union[int, str, None] = flag(
+        "--max-memory", default="auto", parse=_memory, metavar="SIZE",
+        help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, 512MiB) without "
+             "allocating; 'auto' (default): half the memory available at start; 'none': no "
+             "limit")
     #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
-    isolate: bool = False
-    timeout: Optional[float] = None
+    isolate: bool = flag("--isolate", default=False, action="store_true",
+                         help="run configs in a worker subprocess (reused while healthy): a "
+                              "crash or hang becomes an error record and the run goes on")
+    timeout: Optional[float] = flag("--timeout", default=None, type=float, metavar="S",
+                                    help="bound each config to S seconds (implies --isolate)")
+    #: Configs of operators outside aten and torch (``fbgemm::...``) run in an isolated worker
+    #: even without ``isolate``: a custom kernel that crashes becomes an error record.
+    isolate_custom: bool = flag(
+        "--no-isolate-custom", default=True, action="store_false",
+        help="measure operators of custom namespaces (--allow-namespace) in this process "
+             "instead of an isolated worker (a crash then ends the whole run)")
+    #: Namespaces besides aten whose ``ns::op`` operators the spec may name.
+    allow_namespaces: Tuple[str, ...] = flag(
+        "--allow-namespace", default=(), parse=_texts, action="append", metavar="NS",
+        help="let NS::op operators of the spec run (fbgemm, ...; repeatable): besides aten, a "
+             "namespace runs only where the run allows it")
+    #: Folders whose ``.py`` files are imported as workload modules, in order.
+    workloads_dirs: Tuple[str, ...] = flag(
+        "--workloads-dir", default=(), parse=_texts, action="append", type=Path, metavar="DIR",
+        help="import every .py in DIR as a workload module (repeatable)")
     #: Put each measured iteration in its own NVTX range (the --ncu/--nsys profiler child only).
     nvtx_iterations: bool = False
     #: Time with a cold cache: "rotate" among copies of the inputs, "flush" a buffer before
     #: each discrete iteration, or "both" (``runtime.cold``); None: warm, as PARAM.
-    cold: Optional[str] = None
+    cold: Optional[str] = flag(
+        "--cold", default=None, nargs="?", const="rotate", choices=["rotate", "flush", "both"],
+        help="time with the inputs out of the cache: rotate (the bare flag) among copies of "
+             "each config's inputs exceeding the last-level cache, flush a buffer before each "
+             "discrete iteration, or both")
+    #: Run with the device and thread count a captured spec records (``__capture__``).
+    match_capture: bool = flag(
+        "--match-capture", default=False, action="store_true",
+        help="run with the device and thread count a captured spec records (__capture__) "
+             "instead of -d/--num-threads (a run that differs is warned about)")
+    #: After the isolated runs, replay the captured step in order (``runtime.step_session``);
+    #: ``step_file``: its step file (default ``NAME.step.json`` beside the spec).
+    replay_step: bool = flag(
+        "--replay-step", default=False, action="store_true",
+        help="also replay the captured step as a whole, in order, outputs fed to their "
+             "consumers (NAME.step.json beside the spec): the step's time and each config's "
+             "in-step time go into a step_replay line")
+    step_file: Optional[str] = flag("--step", default=None, type=str, metavar="FILE",
+                                    help="the step file for --replay-step (implies it)")
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
+        for name in ("allow_namespaces", "workloads_dirs"):  # any iterable of names or paths
+            object.__setattr__(self, name, tuple(str(item) for item in getattr(self, name)))
+        if self.step_file is not None:  # a step file given is a step to replay
+            object.__setattr__(self, "replay_step", True)
         if self.timeout is not None:  # a per-config bound needs a process that can be killed
             object.__setattr__(self, "isolate", True)
 
@@ -128,17 +247,43 @@ class RunOptions:
         return self
 
     def to_json(self) -> Dict[str, Any]:
-        """The one JSON form (results header, Nsight batch files, isolated worker): every
-        field by name, plus PARAM's run_options keys (``DERIVED_KEYS``); plain JSON values.
-        :meth:`from_json` reads it back to equal options."""
+        """The one JSON form (results header, Nsight batch files, isolated worker, profiled
+        child): every field by name, plus PARAM readers' keys in PARAM's forms
+        (``DERIVED_KEYS``: ``pass_type`` ``"ExecutionPass.FORWARD"``, ``op_exec_mode``,
+        ``pt2-model``...); plain JSON values. :meth:`from_json` reads it back to equal options."""
         out = asdict(self)
         out["exec_mode"] = self.exec_mode.value
-        out["op_exec_mode"] = self.exec_mode.value
-        out["pass_type"] = "backward" if self.backward else "forward"
+        out["allow_namespaces"] = list(self.allow_namespaces)
+        out["workloads_dirs"] = list(self.workloads_dirs)
+        out["pass_type"] = PARAM_PASS_TYPE[self.backward]
+        out["op_exec_mode"] = param_exec_mode(self.exec_mode.value)
         out["resume_op_run_id"] = self.resume_id
         out["stop_op_run_id"] = self.stop_id
-        out["cuda_l2_cache"] = "on" if self.cuda_l2_cache else "off"
+        out["time_unit"] = "millisecond"
+        out["pt2-model"] = self.pt2_model
+        out["cuda-graph"] = self.cuda_graph
         return out
+
+    @classmethod
+    def from_param(cls, run_options: Dict[str, Any]) -> "RunOptions":
+        """PARAM's ``run_options`` dict (``get_benchmark_options()`` and a script's edits, or a
+        PARAM batch file's): its enums or their ``str()`` forms, its dashed names. Library
+        defaults of PARAM: no FLOP counting, no memory cap."""
+        exec_mode = _param_enum(run_options.get("op_exec_mode", "discrete")) or "discrete"
+        cuda_l2_cache = run_options.get("cuda_l2_cache", False)
+        if isinstance(cuda_l2_cache, str):
+            cuda_l2_cache = cuda_l2_cache == "on"
+        return cls(
+            device=str(run_options.get("device") or "cpu"),
+            warmup=int(run_options.get("warmup", 1)),
+            iteration=int(run_options.get("iteration", 1)),
+            backward=_param_enum(run_options.get("pass_type", "forward")) == "backward",
+            exec_mode=exec_mode, cuda_l2_cache=bool(cuda_l2_cache),
+            resume_id=run_options.get("resume_op_run_id"),
+            stop_id=run_options.get("stop_op_run_id"),
+            pt2_model=bool(run_options.get("pt2-model", run_options.get("pt2_model", False))),
+            cuda_graph=bool(run_options.get("cuda-graph", run_options.get("cuda_graph", False))),
+            throughput=False)  # max_memory: the default guard ("auto"), as run_benchmark
 
     @classmethod
     def from_json(cls, values: Any, where: str = "run_options",
@@ -168,7 +313,17 @@ class RunOptions:
 
 #: Keys of :meth:`RunOptions.to_json` that repeat a field under PARAM's name (read back from the
 #: field itself).
-DERIVED_KEYS = frozenset({"op_exec_mode", "pass_type", "resume_op_run_id", "stop_op_run_id"})
+DERIVED_KEYS = frozenset({"op_exec_mode", "pass_type", "resume_op_run_id", "stop_op_run_id",
+                          "time_unit", "pt2-model", "cuda-graph"})
+
+
+def _param_enum(value: Any) -> Any:
+    """PARAM's enums, their values, or their ``str()`` forms (``"ExecutionPass.BACKWARD"``)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, str) and "." in value:
+        return value.split(".", 1)[1].lower()
+    return value
 
 
 @lru_cache(maxsize=1)
@@ -193,10 +348,14 @@ def _typed(value: Any, hint: Any, where: str) -> Any:
             return value
         if kind is ExecMode and value in {m.value for m in ExecMode}:
             return ExecMode(value)
+        if typing.get_origin(kind) is tuple and isinstance(value, list) \
+                and all(isinstance(item, str) for item in value):
+            return tuple(value)
     names = [("null" if k is type(None) else
               "one of " + ", ".join(m.value for m in ExecMode) if k is ExecMode else
               {bool: "true/false", int: "an integer", float: "a number",
-               str: "text"}.get(k, getattr(k, "__name__", str(k)))) for k in allowed]
+               str: "text"}.get(k, "a list of text" if typing.get_origin(k) is tuple
+                                else getattr(k, "__name__", str(k)))) for k in allowed]
     return _fail(where, " or ".join(names), value)
 
 

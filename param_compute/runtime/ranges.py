@@ -20,17 +20,17 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import nvtx
 
-from param_compute.plan.runkey import SEPARATOR, RunKey, RunKeyError, key_of
+from param_compute.plan.runkey import RunKey, RunKeyError, join_fields, split_fields
 
 NVTX_DOMAIN = "param_compute"
 
 
 def run_range_name(op_name: str, run_id: str) -> str:
-    return f"{NVTX_DOMAIN}|{key_of(op_name, run_id)}"
+    return join_fields(NVTX_DOMAIN, op_name, run_id)
 
 
 def phase_range_name(op_name: str, run_id: str, phase: str, pass_name: str) -> str:
-    return f"{NVTX_DOMAIN}|{key_of(op_name, run_id)}|{phase}|{pass_name}"
+    return join_fields(NVTX_DOMAIN, op_name, run_id, phase, pass_name)
 
 
 #: The phase word of per-iteration ranges (only in the profiler child).
@@ -38,17 +38,17 @@ ITERATION = "iteration"
 
 
 def iteration_range_name(op_name: str, run_id: str, pass_name: str) -> str:
-    return f"{NVTX_DOMAIN}|{key_of(op_name, run_id)}|{ITERATION}|{pass_name}"
+    return join_fields(NVTX_DOMAIN, op_name, run_id, ITERATION, pass_name)
 
 
 def parse_range_name(name: str) -> Optional[Tuple[RunKey, Optional[str], Optional[str]]]:
     """(run key, phase, pass) of a range name made here (phase and pass None for a run's own
     range); None for any other name."""
-    parts = str(name).split(SEPARATOR)
+    parts = split_fields(name)
     if parts[0] != NVTX_DOMAIN or len(parts) not in (5, 7):
         return None
     try:
-        key = RunKey.parse(SEPARATOR.join(parts[1:5]))
+        key = RunKey.parse(join_fields(*parts[1:5]))
     except RunKeyError:
         return None
     return (key, parts[5], parts[6]) if len(parts) == 7 else (key, None, None)

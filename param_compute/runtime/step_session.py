@@ -1,9 +1,10 @@
 """The step replay inside a run: find and check the step file, measure, write the step record.
 
-``run_benchmark -c SPEC --replay-step`` (or ``--step FILE``) adds a ``StepReplaySink``: the
-step file is read and checked against the spec before anything runs (a bad one is invalid
-input, exit 2); after the isolated runs it replays the step (``step_replay``) and writes one
-``{"step_replay": {...}}`` line into the results file, keyed by run key per config.
+``run_benchmark -c SPEC --replay-step`` (or ``--step FILE``) makes the session add a
+``StepReplaySink``: the step file is read and checked against the spec before anything runs (a
+bad one is invalid input, exit 2); after the isolated runs it replays the step
+(``step_replay``) and hands one ``{"step_replay": {...}}`` line to the results file
+(``pending_lines``), keyed by run key per config.
 """
 
 from __future__ import annotations
@@ -17,27 +18,10 @@ from typing import Any, Dict, List, Optional
 from param_compute.capture.step_file import (StepFileError, read_step_file, step_path)
 from param_compute.errors import Problem
 from param_compute.plan.runplan import plan_runs
+from param_compute.results.sinks.base import RecordSink
 from param_compute.results.stats import summarize
 
 log = logging.getLogger("param_compute")
-
-
-def add_arguments(parser):
-    """``run_benchmark``'s step replay options; the parser."""
-    parser.add_argument("--replay-step", action="store_true",
-                        help="also replay the captured step as a whole, in order, outputs fed "
-                             "to their consumers (NAME.step.json beside the spec): the step's "
-                             "time and each config's in-step time go into a step_replay line")
-    parser.add_argument("--step", type=Path, metavar="FILE",
-                        help="the step file for --replay-step (implies it)")
-    return parser
-
-
-def step_sinks(args, spec, toolchain, options, writer) -> List["StepReplaySink"]:
-    """The step replay's sink when asked for (the step file read and checked now)."""
-    if not args.replay_step and args.step is None:
-        return []
-    return [StepReplaySink.load(args.config, args.step, spec, toolchain, options, writer)]
 
 
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
@@ -120,39 +104,38 @@ def measure(replay, options) -> Dict[str, Any]:
             "per_call_sum_ms": [round(t, 4) for t in per_call_ms], "configs": configs}
 
 
-class StepReplaySink:
-    """Replays the captured step after the isolated runs and writes its record."""
+class StepReplaySink(RecordSink):
+    """Replays the captured step after the isolated runs; its record goes to the results file
+    through ``pending_lines``."""
 
-    def __init__(self, step_file: Path, step: Dict[str, Any], runs, spec, toolchain, options,
-                 writer):
+    def __init__(self, step_file: Path, step: Dict[str, Any], runs, spec, toolchain, options):
         self.step_file = step_file
         self.step = step
         self.runs = runs
         self.spec = spec
         self.toolchain = toolchain
         self.options = options
-        self.writer = writer
         self.record: Optional[Dict[str, Any]] = None
         self.note: Optional[str] = None
+        self._lines: List[Dict[str, Any]] = []
 
     @classmethod
-    def load(cls, spec_path: Path, step_file: Optional[Path], spec, toolchain, options,
-             writer) -> "StepReplaySink":
+    def load(cls, spec_path: Optional[Path], step_file: Optional[str], spec, toolchain,
+             options) -> "StepReplaySink":
         """Find, read and check the step file (``StepFileError``: invalid input)."""
-        path = find_step_file(spec_path, step_file)
+        if spec_path is None and step_file is None:
+            raise StepFileError("--replay-step", [Problem((), "a spec given as a dict has no "
+                                                          "step file beside it: name one with "
+                                                          "--step FILE (step_file=)")])
+        path = find_step_file(spec_path, Path(step_file) if step_file is not None else None)
         step = read_step_file(path)
         runs = planned_runs(step, spec, toolchain.registries.config_iterators, options.device,
                             str(path))
-        return cls(path, step, runs, spec, toolchain, options, writer)
+        return cls(path, step, runs, spec, toolchain, options)
 
-    def start(self, total) -> None:
-        return None
-
-    def run_done(self, run, record) -> None:
-        return None
-
-    def finish(self, summary) -> None:
-        return None
+    def pending_lines(self) -> List[Dict[str, Any]]:
+        lines, self._lines = self._lines, []
+        return lines
 
     def end_runs(self, summary) -> None:
         if summary.interrupted:
@@ -179,7 +162,7 @@ class StepReplaySink:
             if self.step.get(key) is not None:
                 record[key] = self.step[key]
         self.record = record
-        self.writer.write_line({"step_replay": record})
+        self._lines.append({"step_replay": record})
 
     def summary_lines(self, summary) -> List[str]:
         if self.note:

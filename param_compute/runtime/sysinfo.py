@@ -23,7 +23,11 @@ def sys_info(device: str, include_torch: bool = True,
         "param_compute_version": _version(),
         "device": device,
     }
-    if include_torch:
+    if not include_torch:  # a dry run: torch's version from its package, torch not imported
+        from param_compute.operators.name_index import torch_version
+
+        info["pytorch_version"] = torch_version()
+    else:
         import torch
 
         info["pytorch_version"] = torch.__version__

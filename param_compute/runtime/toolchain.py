@@ -6,12 +6,14 @@ process, with different ``--workloads-dir`` folders, never see each other's plug
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, Tuple, Union
+from functools import partial
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from param_compute.errors import SpecError
+from param_compute.errors import OptionsError, SpecError
 from param_compute.plan.iterators import BUILTIN_ITERATORS
 from param_compute.plugins.loading import load_plugins
 from param_compute.plugins.registry import Registries
@@ -21,6 +23,12 @@ from param_compute.spec.limits import nesting_depth_problem
 from param_compute.spec.loader import read_spec_file
 from param_compute.spec.model import DEFAULT_DATA_GENERATORS, BenchmarkSpec
 from param_compute.spec.semantic import SpecValidator
+
+
+def _full_resolver(registries: Registries):
+    from param_compute.operators.resolution import OperatorResolver  # imports torch
+
+    return OperatorResolver(registries)
 
 
 def _default_data_generator():
@@ -36,14 +44,47 @@ class Toolchain:
 
     registries: Registries
     resolver: Any
+    #: Checks an aten schema string of a spec (``operators.resolution.check_aten_schema``).
+    check_aten_schema: Optional[Callable[[str, object], Optional[str]]] = None
 
     @classmethod
-    def start(cls, workloads_dirs: Sequence[Path] = ()) -> "Toolchain":
-        registries = load_plugins(Registries(), list(workloads_dirs), BUILTIN_ITERATORS,
-                                  dict.fromkeys(DEFAULT_DATA_GENERATORS, _default_data_generator))
-        from param_compute.operators.resolution import OperatorResolver
+    def start(cls, workloads_dirs: Sequence[Path] = (), allow_namespaces: Sequence[str] = (),
+              index: Any = None) -> "Toolchain":
+        """Plugins of ``workloads_dirs`` loaded; ``ns::op`` names of ``allow_namespaces``
+        resolve besides aten's. With an operator-name ``index``
+        (``operators.name_index.NameIndex``) the built-in workloads are not loaded and names
+        resolve from the index where it knows them: a toolchain that needs no torch to
+        validate a spec naming none of the built-in workloads' entries."""
+        registries = load_plugins(Registries(), [Path(d) for d in workloads_dirs],
+                                  BUILTIN_ITERATORS,
+                                  dict.fromkeys(DEFAULT_DATA_GENERATORS, _default_data_generator),
+                                  builtin_workloads=index is None)
+        if index is not None:
+            from param_compute.operators.name_index import IndexedResolver
 
-        return cls(registries, OperatorResolver(registries))
+            resolver = IndexedResolver(registries, index, partial(_full_resolver, registries))
+            resolver.allow(allow_namespaces)
+            return cls(registries, resolver, resolver.check_aten_schema)
+        resolver = _full_resolver(registries)
+        resolver.allow(allow_namespaces)
+        return cls(registries, resolver)
+
+    @staticmethod
+    def bare_registries() -> Registries:
+        """The registries of a toolchain without plugins of its own: the built-in iterators
+        and data generators and what scripts registered, not the built-in workloads."""
+        return load_plugins(Registries(), (), BUILTIN_ITERATORS,
+                            dict.fromkeys(DEFAULT_DATA_GENERATORS, _default_data_generator),
+                            builtin_workloads=False)
+
+    @classmethod
+    def for_options(cls, options: RunOptions, index: Any = None) -> "Toolchain":
+        """The toolchain a run with ``options`` uses: its plugin folders, its namespaces (the
+        same in the main process, an isolated worker and a profiled child)."""
+        for directory in options.workloads_dirs:
+            if not Path(directory).is_dir():
+                raise OptionsError(f"--workloads-dir {directory}: not a directory")
+        return cls.start(options.workloads_dirs, options.allow_namespaces, index)
 
     @property
     def workloads_dirs(self) -> Tuple[Path, ...]:
@@ -51,9 +92,10 @@ class Toolchain:
         return tuple(self.registries.workloads_dirs)
 
     def validate(self, raw: Any, source: str) -> BenchmarkSpec:
-        from param_compute.operators.resolution import check_aten_schema
-
-        validator = SpecValidator(source, self.registries, self.resolver, check_aten_schema)
+        check = self.check_aten_schema
+        if check is None:
+            from param_compute.operators.resolution import check_aten_schema as check
+        validator = SpecValidator(source, self.registries, self.resolver, check)
         return validator.validate(raw)
 
     def load(self, spec: Union[str, Path, dict]) -> BenchmarkSpec:
@@ -67,7 +109,15 @@ class Toolchain:
             raise SpecError(source, [problem])
         return self.validate(spec, source)
 
+    def complete(self, options: RunOptions) -> RunOptions:
+        """``options`` naming this toolchain's plugin folders and namespaces, so a child process
+        that rebuilds its toolchain from them (``runtime.child``) has the same one."""
+        return dataclasses.replace(
+            options, workloads_dirs=tuple(str(d) for d in self.workloads_dirs),
+            allow_namespaces=tuple(sorted(self.resolver.allow_namespaces)))
+
     def context(self, spec: BenchmarkSpec, options: RunOptions) -> ExecutionContext:
-        """What an executor needs to measure ``spec``'s runs with ``options``."""
-        return ExecutionContext(options, spec, self.resolver.factory,
+        """What an executor needs to measure ``spec``'s runs with ``options`` (completed:
+        see :meth:`complete`)."""
+        return ExecutionContext(self.complete(options), spec, self.resolver.factory,
                                 self.registries.data_generators, self.workloads_dirs)

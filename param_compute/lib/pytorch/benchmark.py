@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from param_compute.lib._engine import run_options_from_param
+from param_compute.runtime.options import RunOptions
 from param_compute.lib.config import BenchmarkConfig
+from param_compute.results.sinks.base import RecordSink
 from param_compute.lib.init_helper import get_logger
 from param_compute.lib.pytorch.config_util import init_pytorch
 
 
-class _StreamSink:
+class _StreamSink(RecordSink):
     """Writes each run's record, as one JSON line, to a PARAM ``out_stream``."""
 
     def __init__(self, stream: Any):
@@ -58,10 +59,10 @@ class Benchmark:
         if not spec:
             get_logger().warning("no operator to run")
             return
-        from param_compute.runtime.session import run
+        from param_compute.pipeline.session import run
 
         sink = _StreamSink(self.run_options.get("out_stream"))
-        self.summary = run(spec, run_options_from_param(self.run_options), sinks=[sink]).summary
+        self.summary = run(spec, RunOptions.from_param(self.run_options), sinks=[sink]).summary
         self.records = sink.records
 
 

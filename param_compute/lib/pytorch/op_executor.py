@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from param_compute.lib._engine import run_options_from_param
+from param_compute.runtime.options import RunOptions
 from param_compute.results.records import PassResult
 
 
@@ -22,7 +22,7 @@ class OpExecutor:
             raise ValueError(f"{name}: no operator to run (the name did not resolve)")
         self.name = name
         self.op = op
-        self.options = run_options_from_param(run_options)
+        self.options = RunOptions.from_param(run_options)
         self.device_name = self.options.device
         self._device = None
 

@@ -16,6 +16,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from param_compute.results.file.schema import (FINISH, HEADER, RECORD, RESUME, line_kind,
                                                schema_problem)
 
+from param_compute.plan.runkey import key_of
+
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
 #: every measured time of its passes; 64 MiB is some millions of them.
 MAX_LINE_BYTES = 64 * 2**20
@@ -298,7 +300,7 @@ class ResultsStream:
                 key = (line.value["op_name"], line.value["id"])
                 if key in seen:
                     self._problem(LineProblem(
-                        line.number, line.offset, line.size, f"duplicate run {key[0]}|{key[1]} "
+                        line.number, line.offset, line.size, f"duplicate run {key_of(*key)} "
                         f"(also on line {seen[key]} of the same run)"))
                     continue
                 seen[key] = line.number

@@ -22,7 +22,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from param_compute.plan.summary import config_label
-from param_compute.results.sinks.base import RunSummary
+from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
 from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
@@ -99,7 +99,7 @@ _COLUMNS = (("op", "left", 0), ("id", "left", 101), ("config", "left", 0), ("pas
             ("% peak", "right", 81))
 
 
-class ConsoleReporter:
+class ConsoleReporter(RecordSink):
     """Progress while running, then one summary table of measured runs and failures."""
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,

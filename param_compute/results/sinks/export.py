@@ -38,6 +38,7 @@ from param_compute.plan.summary import dtypes_summary, params_summary, shapes_su
 from param_compute.results.fields import measured_passes, pass_throughput, peak_memory_mb
 from param_compute.results.file import ResultsFileError, ResultsStream, stream_results
 from param_compute.results.outputs import open_new
+from param_compute.results.sinks.base import RecordSink
 
 log = logging.getLogger("param_compute")
 
@@ -193,7 +194,7 @@ def oss_entries(record: Dict[str, Any], context: OssContext) -> List[Dict[str, A
 
 # --- sinks ----------------------------------------------------------------------------------
 
-class CsvExporter:
+class CsvExporter(RecordSink):
     """Record sink: a CSV file, one row per run and pass, flushed as each run ends.
 
     ``rebuild_from`` (the results file, given on ``--resume`` and ``-a``): at the end the CSV is
@@ -240,7 +241,7 @@ class CsvExporter:
             rebuild_exports(self.rebuild_from, csv_path=self.path)
 
 
-class OssJsonExporter:
+class OssJsonExporter(RecordSink):
     """Record sink: the OSS benchmark-database JSON list, written when the run ends (from every
     record of the results file ``rebuild_from`` on ``--resume`` and ``-a``)."""
 

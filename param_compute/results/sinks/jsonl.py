@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -12,7 +13,7 @@ from param_compute.plan.runplan import PlannedRun
 from param_compute.results.file import SYNC_ENDS, ResultsFileError, ResultsWriter
 from param_compute.results.records import STATUS_DRY_RUN, RunRecord
 from param_compute.results.resume import ResumeState
-from param_compute.results.sinks.base import RunSummary
+from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.process.signals import GUARD
 
 
@@ -20,7 +21,38 @@ def now_iso() -> str:
     return datetime.now().isoformat(timespec="seconds")
 
 
-class JsonlResultWriter:
+@dataclass
+class FinishLine:
+    """The results file's last line: when the run ended, its counts, why it stopped early, and
+    what the run (trace files) and the sinks (``finish_fields``) added."""
+
+    finish_time: str
+    runs_ok: int
+    runs_failed: int
+    runs_dry: int
+    interrupted: Optional[str] = None  # the signal's name
+    stopped_early: Optional[str] = None  # "fail-fast"
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, summary: RunSummary, extra: Dict[str, Any]) -> "FinishLine":
+        return cls(now_iso(), summary.ok, len(summary.failed), summary.dry_run,
+                   signal.Signals(summary.interrupted).name if summary.interrupted else None,
+                   "fail-fast" if summary.stopped_early else None,
+                   {**extra, **summary.finish_fields})
+
+    def to_json(self) -> Dict[str, Any]:
+        line: Dict[str, Any] = {"finish_time": self.finish_time, "runs_ok": self.runs_ok,
+                                "runs_failed": self.runs_failed, "runs_dry": self.runs_dry}
+        if self.interrupted:
+            line["interrupted"] = self.interrupted
+        if self.stopped_early:
+            line["stopped_early"] = self.stopped_early
+        line.update(self.extra)
+        return line
+
+
+class JsonlResultWriter(RecordSink):
     """The results file of a run: header (or resume marker), a line per run, the finish line.
 
     Measured and failed runs' lines are flushed at once, so a crash in a later run loses nothing
@@ -60,23 +92,17 @@ class JsonlResultWriter:
         if record is not None:
             self.file.write(record.to_json(), flush=record.status != STATUS_DRY_RUN)
 
-    def write_line(self, value: Dict[str, Any]) -> None:
+    def add_line(self, line: Dict[str, Any]) -> None:
         """One extra line between run lines (a profiler batch line...), whole and flushed."""
-        self.file.write(value)
+        self.file.write(line)
+
+    write_line = add_line  # what sinks of the bare interface call
 
     def finish(self, summary: RunSummary) -> None:
-        last = {"finish_time": now_iso(), "runs_ok": summary.ok,
-                "runs_failed": len(summary.failed), "runs_dry": summary.dry_run}
-        if summary.interrupted:
-            last["interrupted"] = signal.Signals(summary.interrupted).name
-        if summary.stopped_early:
-            last["stopped_early"] = "fail-fast"
-        last.update(self.finish_extra)
-        last.update(getattr(summary, "finish_fields", None) or {})
-        self.file.finish(last)
+        self.file.finish(FinishLine.of(summary, self.finish_extra).to_json())
 
 
-class RecordCollector:
+class RecordCollector(RecordSink):
     """Keeps the JSON form of every record in memory (library use and tests)."""
 
     def __init__(self) -> None:

@@ -1,53 +1,21 @@
-"""run_benchmark's replay settings: ``--cold``, ``--match-capture``, and what a captured spec
-says about the run before anything runs.
+"""What a captured spec says about the run, said before anything runs (``--match-capture``).
 
 A captured spec's ``__capture__`` section (``spec.reserved``) says which device and how many
 intra-op threads the captured workload ran with. A run that differs is warned about before
 anything runs (a replay at 1 thread set against a step at 16 reads as a slow tool); with
 ``--match-capture`` the run takes the recorded settings (the device only where its kind differs:
-``cuda:3`` under torchrun stays ``cuda:3``). Configs of captured backend ops with no kernel on
-the run's device are named too (``capture.portable``).
+``cuda:3`` under torchrun stays ``cuda:3``).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import replace
 
-from param_compute.runtime.cold import COLD_METHODS
 from param_compute.runtime.options import RunOptions
 from param_compute.spec.reserved import differences
 
 log = logging.getLogger("param_compute")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cold", nargs="?", const="rotate", choices=list(COLD_METHODS),
-                   help="time with the inputs out of the cache: rotate (the bare flag) among "
-                        "copies of each config's inputs exceeding the last-level cache, flush "
-                        "a buffer before each discrete iteration, or both")
-    p.add_argument("--match-capture", action="store_true",
-                   help="run with the device and thread count a captured spec records "
-                        "(__capture__) instead of -d/--num-threads (a run that differs is "
-                        "warned about)")
-
-
-def before_run(spec, options: RunOptions, follow: bool) -> RunOptions:
-    """The options to run with (``follow_capture``), after saying how the spec and the run
-    disagree: settings, and configs whose kernels the device lacks."""
-    options = follow_capture(spec, options, follow)
-    warn_missing_kernels(spec, options.device)
-    return options
-
-
-def warn_missing_kernels(spec, device: str) -> None:
-    from param_compute.capture.portable import describe_missing, missing_kernels
-
-    missing = missing_kernels({op.name: {"config": list(op.configs)} for op in spec.operators},
-                              device)
-    for line in describe_missing(missing, device):
-        log.warning("%s: these runs will fail", line)
 
 
 def follow_capture(spec, options: RunOptions, follow: bool) -> RunOptions:
