@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from param_compute.results.compare import GATE_REASONS, compare_files
+from param_compute.results.compare import CSV_COLUMNS, GATE_REASONS, compare_files
 from param_compute.results.file import ResultsStream
 
 HOSTILE = Path(__file__).parent / "hostile_results"
@@ -67,7 +67,8 @@ def test_a_run_measured_in_base_and_not_judged_in_new_fails_the_gate(new, reason
     [line] = [line for line in gated.stdout.splitlines() if "0|0|0_1" in line and "│" in line]
     assert reason in line
     rows = (tmp_path / "c.csv").read_text().splitlines()
-    assert rows[-1].startswith("torch.add,0|0|0_1,forward,") and rows[-1].endswith(reason)
+    assert rows[-1].startswith("torch.add,0|0|0_1,forward,")
+    assert rows[-1].split(",")[CSV_COLUMNS.index("verdict")] == reason
     assert len(rows) == 1 + 3  # two compared runs, one not judged
     # without the gate: informative, the same reason shown, exit 0
     plain = _compare("base.json", new)

@@ -52,7 +52,10 @@ __all__ = ["GATE_REASONS", "CompareReport", "Row", "compare_files", "compare_str
 EXIT_OK, EXIT_REGRESSION, EXIT_INVALID = 0, 1, 2
 
 CSV_COLUMNS = ["op", "id", "pass", "base_median_ms", "new_median_ms", "base_n", "new_n",
-               "speedup", "change_pct", "ratio_low", "ratio_high", "p_value", "verdict"]
+               "speedup", "change_pct", "ratio_low", "ratio_high", "p_value", "verdict",
+               "config"]
+#: The narrowest the config column gets before it is left out (a console under 100 columns).
+CONFIG_MIN_WIDTH = 100
 
 # --- output ---------------------------------------------------------------------------------
 
@@ -88,18 +91,25 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
     if len(rows) > max_rows:  # the significant changes first, worst first
         rows = sorted(rows, key=lambda r: (r.result.verdict == "same", -r.result.change_pct))
     table = Table(title=f"{new_path} vs {base_path}", title_justify="left")
-    for column, justify in (("op", "left"), ("id", "left"), ("pass", "left"),
-                            ("base", "right"), ("new", "right"), ("speedup", "right"),
-                            (f"{1 - alpha:.0%} CI", "right"), ("p", "right"),
-                            ("", "left")):
-        table.add_column(column, justify=justify)
+    with_config = (console.width or 0) >= CONFIG_MIN_WIDTH and any(r.config for r in rows)
+    for column, justify in (("op", "left"), ("id", "left"), ("config", "left"),
+                            ("pass", "left"), ("base", "right"), ("new", "right"),
+                            ("speedup", "right"), (f"{1 - alpha:.0%} CI", "right"),
+                            ("p", "right"), ("", "left")):
+        if column == "config":
+            if with_config:  # the column that gives way: cut with an ellipsis, never wrapped
+                table.add_column(column, no_wrap=True, overflow="ellipsis",
+                                 max_width=max(12, console.width - 110))
+            continue
+        table.add_column(column, justify=justify, no_wrap=True)
     for row in rows[:max_rows]:
         result = row.result
         verdict = result.verdict
         if verdict == "same" and min(row.base_n, row.new_n) < 4:
             verdict = "n<4"
         style = styles.get(result.verdict, "")
-        table.add_row(row.op, row.id, row.pass_name, format_ms(result.base_median),
+        config = [row.config] if with_config else []
+        table.add_row(row.op, row.id, *config, row.pass_name, format_ms(result.base_median),
                       format_ms(result.new_median),
                       f"[{style}]{_speedup(result.speedup)}[/{style}]",
                       _interval(result), f"{result.p_value:.3g}",
@@ -163,10 +173,11 @@ def write_csv(report: CompareReport, path: Path) -> None:
             writer.writerow([row.op, row.id, row.pass_name, result.base_median,
                              result.new_median, row.base_n, row.new_n, result.speedup,
                              result.change_pct, "" if low is None else low,
-                             "" if high is None else high, result.p_value, result.verdict])
+                             "" if high is None else high, result.p_value, result.verdict,
+                             row.config])
         for miss in report.gate:
             writer.writerow([*miss.key, miss.base_median, "", miss.base_n, "", "", "", "", "",
-                             "", miss.reason])
+                             "", miss.reason, ""])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from param_compute.plan.summary import config_label
 from param_compute.results.fields import run_of
 from param_compute.results.file import ResultsStream, stream_results
 from param_compute.results.significance import Comparison, compare_samples
@@ -44,6 +45,8 @@ class Row:
     base_n: int
     new_n: int
     result: Comparison
+    #: The run's config in a few characters (``plan.summary.config_label``).
+    config: str = ""
 
 
 @dataclass(slots=True)
@@ -289,6 +292,11 @@ def compare_streams(base: ResultsStream, new: ResultsStream, alpha: float = 0.05
         run.outcomes = [_judge(run, index, status, passes, config, settings_block, alpha,
                                resamples, (op, run_id, name))
                         for index, name in enumerate(run.names)]
+        label = None
+        for outcome in run.outcomes:
+            if isinstance(outcome, Row):
+                label = label if label is not None else config_label(record.get("config"))
+                outcome.config = label
     report.new_records = new.records_read
 
     for (op, run_id), run in base_runs.items():

@@ -19,8 +19,9 @@ import heapq
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from param_compute.plan.summary import config_label, cut
 from param_compute.results.fields import record_stats
 from param_compute.results.records import STATUS_OK, RunRecord
 from param_compute.results.stats import summarize
@@ -40,6 +41,17 @@ class OpTotal:
     original_calls: int = 0  # calls whose config carries an original time
 
 
+class TopConfig(NamedTuple):
+    """One of the largest configs: its run, median, count, median x count and config label."""
+
+    op: str
+    id: str
+    median_ms: float
+    count: int
+    total_ms: float
+    config: str
+
+
 @dataclass
 class WorkloadTotals:
     """Running sums of median x count over the records that carry a count."""
@@ -51,14 +63,14 @@ class WorkloadTotals:
     failed_configs: int = 0
     failed_calls: int = 0
     by_op: Dict[str, OpTotal] = field(default_factory=dict)
-    _largest: List[Tuple[float, int, str, str, float, int]] = field(default_factory=list)
+    _largest: List[Tuple[float, int, str, str, float, int, str]] = field(default_factory=list)
 
     def add(self, record: RunRecord) -> None:
         count = record.count
         if count is None:
             return
         median = _median(record) if record.status == STATUS_OK else None
-        self._add(record.op_name, record.id, median, count, record.original_us)
+        self._add(record.op_name, record.id, median, count, record.original_us, record.config)
 
     def add_json(self, record: dict) -> None:
         """The same from a results-file record (its JSON form)."""
@@ -71,10 +83,11 @@ class WorkloadTotals:
         if record.get("status") != STATUS_OK or not isinstance(median, (int, float)) \
                 or not math.isfinite(median):
             median = None  # failed, or no usable time
-        self._add(record["op_name"], record["id"], median, count, record.get("original_us"))
+        self._add(record["op_name"], record["id"], median, count, record.get("original_us"),
+                  record.get("config"))
 
     def _add(self, op_name: str, run_id: str, median: Optional[float], count: int,
-             original_us: Optional[Dict[str, Any]] = None) -> None:
+             original_us: Optional[Dict[str, Any]] = None, config: Any = None) -> None:
         if isinstance(original_us, dict):
             op = self.by_op.setdefault(op_name, OpTotal(op_name))
             op.original_cpu_ms += (original_us.get("cpu") or 0.0) * count / 1e3
@@ -92,7 +105,9 @@ class WorkloadTotals:
         op.total_ms += total
         op.configs += 1
         op.calls += count
-        entry = (total, self.configs, op_name, run_id, median, count)
+        if len(self._largest) >= self.top and total <= self._largest[0][0]:
+            return  # not among the largest: its label is never made
+        entry = (total, self.configs, op_name, run_id, median, count, config_label(config))
         if len(self._largest) < self.top:
             heapq.heappush(self._largest, entry)
         else:
@@ -105,10 +120,11 @@ class WorkloadTotals:
         ops = sorted(self.by_op.values(), key=lambda op: op.total_ms, reverse=True)
         return ops[:n] if n else ops
 
-    def top_configs(self) -> List[Tuple[str, str, float, int, float]]:
-        """(op, id, median ms, count, total ms) of the largest configs, largest first."""
-        return [(op, run_id, median, count, total)
-                for total, _, op, run_id, median, count in sorted(self._largest, reverse=True)]
+    def top_configs(self) -> List[TopConfig]:
+        """The largest configs by median x count, largest first."""
+        return [TopConfig(op, run_id, median, count, total, label)
+                for total, _, op, run_id, median, count, label
+                in sorted(self._largest, reverse=True)]
 
 
 def comparison_rows(totals: WorkloadTotals) -> List[Dict[str, Any]]:
@@ -137,6 +153,17 @@ def format_comparison(rows: List[Dict[str, Any]]) -> str:
         lines.append(f"{row['op'][:40]:<40} {row['calls']:>7} {row['replayed_ms']:>12.3f} "
                      f"{row['original_cpu_ms']:>12.3f} {row['original_device_ms']:>12.3f} "
                      f"{ratio:>11}")
+    return "\n".join(lines)
+
+
+def format_top_configs(totals: WorkloadTotals) -> str:
+    """The largest configs (median x count) as a plain-text table, with their config labels."""
+    header = f"{'op':<28} {'id':<12} {'config':<36} {'median ms':>10} {'count':>6} {'share':>6}"
+    lines = [header, "-" * len(header)]
+    for top in totals.top_configs():
+        lines.append(f"{cut(top.op, 28):<28} {cut(top.id, 12):<12} {cut(top.config, 36):<36} "
+                     f"{top.median_ms:>10.4f} {top.count:>6} "
+                     f"{totals.share(top.total_ms):>6.1%}")
     return "\n".join(lines)
 
 
@@ -213,6 +240,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
                                          f"({totals.failed_calls} calls) not measured"
                                          if totals.failed_configs else ""))
+    if totals.configs:
+        print(format_top_configs(totals))
+        print()
     rows = comparison_rows(totals)
     if rows:
         print(format_comparison(rows))

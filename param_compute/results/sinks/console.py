@@ -315,12 +315,18 @@ def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int
     """Where a captured workload's time goes: configs by median x count, operators by share."""
     configs = Table(title="where the time goes: largest configs (median × count)",
                     title_justify="left")
-    for column, justify in (("op", "left"), ("id", "left"), ("median", "right"),
-                            ("count", "right"), ("total", "right"), ("share", "right")):
-        configs.add_column(column, justify=justify)
-    for op, run_id, median, count, total in totals.top_configs():
-        configs.add_row(op, run_id, format_ms(median), str(count), format_ms(total),
-                        f"{totals.share(total):.1%}")
+    room = max(12, (console.width or 80) - 75)  # what the other columns leave the config
+    for column, justify in (("op", "left"), ("id", "left"), ("config", "left"),
+                            ("median", "right"), ("count", "right"), ("total", "right"),
+                            ("share", "right")):
+        if column == "config" and (console.width or 0) < 90:
+            continue  # too narrow: left out rather than wrapped
+        configs.add_column(column, justify=justify, no_wrap=True, overflow="ellipsis",
+                           max_width=room if column == "config" else None)
+    for top in totals.top_configs():
+        config = [top.config] if (console.width or 0) >= 90 else []
+        configs.add_row(top.op, top.id, *config, format_ms(top.median_ms), str(top.count),
+                        format_ms(top.total_ms), f"{totals.share(top.total_ms):.1%}")
     ops = Table(title="top operators by total time", title_justify="left")
     for column, justify in (("op", "left"), ("configs", "right"), ("calls", "right"),
                             ("total", "right"), ("share", "right")):
