@@ -329,8 +329,13 @@ def test_html_report_opens_with_the_ledger(tmp_path):
     report = run_cli(out, "-o", html, module="param_compute.report")
     assert report.returncode == 0, report.stderr
     text = html.read_text()
-    assert "Fidelity ledger" in text and text.index("Fidelity ledger") < text.index("Sweeps")
-    assert "aten::relu" in text[text.index("Fidelity ledger"):text.index("Sweeps")]
+    # the step first, then where its time goes (in-step beside isolated), then the configs
+    order = [text.index(h) for h in ("Step totals", "Where the time goes", "Largest configs",
+                                     "Configs, largest share of the step first")]
+    assert order == sorted(order) and "Sweeps" not in text
+    where = text[order[1]:order[2]]
+    assert "aten::relu" in where and "in-step ms" in where
+    assert "in-step replay (step replayed in order)" in text[order[0]:order[1]]
 
 
 def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):

@@ -1,53 +1,47 @@
 """``python -m param_compute.report RESULTS -o report.html``: one self-contained HTML report.
 
-The report holds what the run was (device, host, iterations, counts), a plot per sweep (see
-:mod:`param_compute.results.sweeps`; drawn by :mod:`param_compute.results.plots`) and a table of
-every run. The HTML file is self-contained: inline CSS, PNG images embedded as base64, no
-scripts and no external assets, so it reads offline and can be attached to an issue. Damaged
-lines of the results file are reported on stderr (file:line) and left out. Exit status: 0
-written; 2 the results file is missing or invalid, or matplotlib is not installed.
+The report leads with what matters. Its header says what the run was and the protocol it
+actually used (time-based warm-up and measurement where the run asked for them, the counts of
+measured calls seen). For a captured workload (records with a ``count``) the step totals and
+where the time goes come next (:mod:`param_compute.results.report_workload`), then the table of
+configs. Other results get a plot per sweep (see :mod:`param_compute.results.sweeps`; drawn by
+:mod:`param_compute.results.plots`): only dimensions the spec ranged, categories as grouped
+bars. A roofline and the table of every run, each with its config label, follow. The HTML file
+is self-contained (:mod:`param_compute.results.html_page`). The results file is streamed once
+and what is kept is bounded: the table keeps ``TABLE_ROWS`` runs, the sweeps ``SWEEP_RUNS`` per
+operator, the roofline ``ROOF_POINTS``; a captured workload keeps a few numbers per run for its
+totals. Damaged lines of the results file are reported on stderr (file:line) and left out. Exit
+status: 0 written; 2 the results file is missing or invalid, or matplotlib is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import html
 import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from param_compute.formatting import format_ms
-from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
+from param_compute.plan.summary import config_label
 from param_compute.results.fields import measured_passes, pass_throughput
 from param_compute.results.file import (ResultsFile, ResultsFileError, ResultsStream,
                                         stream_results)
+from param_compute.results.html_page import definitions, e as _e, page
+from param_compute.results.ledger import build_ledger, ledger_fields
 from param_compute.results.plots import plot_sweep
+from param_compute.results.report_workload import workload_html
 from param_compute.results.roofline import roofline_section
-from param_compute.results.workload_totals import WorkloadTotals, totals_section
 from param_compute.results.sweeps import Sweep, find_sweeps
+from param_compute.results.utilization import percent_of_peak
+from param_compute.results.workload_totals import WorkloadTotals
 
 TABLE_ROWS = 5000
-
-
-# --- HTML -----------------------------------------------------------------------------------
-
-_CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 24px;
-       color: #222; }
-h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; }
-table { border-collapse: collapse; font-size: 12px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
-th { background: #f3f3f3; position: sticky; top: 0; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.error td { background: #fdecea; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; font-size: 13px; }
-dt { font-weight: 600; } dd { margin: 0; }
-img { max-width: 100%; border: 1px solid #eee; }
-.note { color: #666; font-size: 13px; }
-"""
-
+#: Runs of one operator the sweeps look at, and of all operators together.
+SWEEP_RUNS, SWEEP_RUNS_ALL = 2000, 20000
+#: Points on the roofline.
+ROOF_POINTS = 3000
 
 
 def _ms(value: Optional[float]) -> str:
@@ -58,11 +52,45 @@ def _num(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.4g}"
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+def _seconds(value: Any) -> str:
+    return f"{value:g} s"
 
 
-def _about(results: Union[ResultsFile, ResultsStream], runs: int) -> str:
+def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional[int]]) -> str:
+    """How the runs were measured, as the run options and the records say: time-based warm-up
+    and measurement where asked for (never "warm-up 1, measured 1" for such a run)."""
+    warmup, iterations = options.get("warmup"), options.get("iteration")
+    warmup_time, min_time = options.get("warmup_time") or 0, options.get("min_time") or 0
+    parts = []
+    if warmup_time:
+        parts.append(f"warm-up at least {warmup} call(s) and {_seconds(warmup_time)}"
+                     + (", until the per-block median settled" if min_time else ""))
+    elif warmup is not None:
+        parts.append(f"warm-up {warmup} call(s)")
+    if min_time:
+        parts.append(f"measured at least {iterations} call(s) and {_seconds(min_time)} "
+                     f"(at most {options.get('max_iteration')} calls)")
+    elif iterations is not None:
+        parts.append(f"measured {iterations} call(s)")
+    low, high = n_seen
+    if low is not None:
+        parts.append(f"{low} calls measured per pass" if low == high
+                     else f"{low}–{high} calls measured per pass")
+    how = [str(options.get("exec_mode") or "")]
+    if options.get("num_threads") is not None:
+        how.append(f"{options['num_threads']} thread(s)")
+    for key, label in (("backward", "backward timed"), ("cuda_graph", "CUDA graphs"),
+                       ("pt2_model", "torch.compile"), ("cuda_l2_cache", "L2 flushed")):
+        if options.get(key):
+            how.append(label)
+    if options.get("cold"):
+        how.append(f"cold: {options['cold']}")
+    parts.append(", ".join(h for h in how if h))
+    return "; ".join(p for p in parts if p)
+
+
+def _about(results: Union[ResultsFile, ResultsStream], runs: int,
+           n_seen: Tuple[Optional[int], Optional[int]]) -> str:
     info, options = results.sys_info, results.run_options
     finish = results.finish or {}
     items = [("results", results.path), ("spec", options.get("config_file")),
@@ -71,8 +99,8 @@ def _about(results: Union[ResultsFile, ResultsStream], runs: int) -> str:
              ("host", f"{info.get('hostname', '')} ({info.get('platform', '')}, "
                       f"{info.get('cpu_count', '?')} CPUs)"),
              ("torch", info.get("pytorch_version")),
-             ("iterations", f"warm-up {options.get('warmup')}, measured "
-                            f"{options.get('iteration')} ({options.get('exec_mode')})"),
+             ("protocol", protocol_text(options, n_seen)),
+             ("peaks", options.get("peaks")),
              ("started", results.header.get("start_time")),
              ("finished", finish.get("finish_time")),
              ("runs", f"{finish.get('runs_ok', '?')} measured, "
@@ -81,45 +109,42 @@ def _about(results: Union[ResultsFile, ResultsStream], runs: int) -> str:
               if finish else f"{runs} (no last line: the run did not finish)")]
     if results.header.get("merged_shards"):
         items.append(("shards", len(results.header["merged_shards"].get("shards", []))))
-    rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items if v not in (None, ""))
-    return f"<dl>{rows}</dl>"
+    return definitions(items)
 
 
-def _table(records: Iterable[Dict[str, Any]]) -> str:
-    head = ("op", "id", "pass", "status", "median", "p10", "p90", "n", "TFLOP/s", "GB/s",
-            "shapes", "dtypes", "params")
+def _table(records: List[Dict[str, Any]], hidden: int) -> str:
+    counted = any(r.get("count") is not None for r in records)  # a captured workload's
+    head = ("op", "config", "pass", "status", "median", "p10", "p90", "n",
+            *(("count",) if counted else ()), "TFLOP/s", "GB/s", "% peak", "id")
     out = ["<table><thead><tr>", "".join(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
-    rows = 0
     for record in records:
         config = record.get("config")
-        common = (_e(shapes_summary(config)), _e(dtypes_summary(config)),
-                  _e(params_summary(config)))
+        label = (f"<td class=\"config\">{_e(config_label(config))}</td>")
+        tail = f"<td>{_e(record.get('id'))}</td>"
         passes = list(measured_passes(record))
         status = record.get("status")
+        count = [_e(record.get("count"))] if counted else []
         if not passes:
             error = record.get("error") or {}
             message = f"{error.get('type')}: {error.get('message')}" if error else ""
             out.append(f"<tr class=\"{'error' if status == 'error' else ''}\">"
-                       f"<td>{_e(record.get('op_name'))}</td><td>{_e(record.get('id'))}</td>"
-                       f"<td></td><td>{_e(status)}</td><td colspan=\"6\">{_e(message)}</td>"
-                       f"<td>{common[0]}</td><td>{common[1]}</td><td>{common[2]}</td></tr>")
-            rows += 1
+                       f"<td>{_e(record.get('op_name'))}</td>{label}"
+                       f"<td></td><td>{_e(status)}</td><td colspan=\"4\">{_e(message)}</td>"
+                       + "".join(f"<td class=\"num\">{c}</td>" for c in count)
+                       + f"<td colspan=\"3\"></td>{tail}</tr>")
         for name, stats in passes:
             rates = pass_throughput(record, name)
-            cells = [_e(record.get("op_name")), _e(record.get("id")), _e(name), _e(status)]
             numbers = [_ms(stats.get("median")), _ms(stats.get("p10")), _ms(stats.get("p90")),
-                       _e(stats.get("n")), _num(rates.get("tflops_per_s")),
-                       _num(rates.get("gb_per_s"))]
-            out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                       _e(stats.get("n")), *count, _num(rates.get("tflops_per_s")),
+                       _num(rates.get("gb_per_s")), _e(percent_of_peak(rates))]
+            out.append(f"<tr><td>{_e(record.get('op_name'))}</td>{label}<td>{_e(name)}</td>"
+                       f"<td>{_e(status)}</td>"
                        + "".join(f"<td class=\"num\">{c}</td>" for c in numbers)
-                       + "".join(f"<td>{c}</td>" for c in common) + "</tr>")
-            rows += 1
-        if rows >= TABLE_ROWS:
-            break
+                       + tail + "</tr>")
     out.append("</tbody></table>")
-    if rows >= TABLE_ROWS:
-        out.append(f"<p class=\"note\">First {TABLE_ROWS} rows; the results file has them "
-                   "all.</p>")
+    if hidden:
+        out.append(f"<p class=\"note\">{TABLE_ROWS} runs shown; {hidden} more are in the "
+                   "results file.</p>")
     return "".join(out)
 
 
@@ -130,20 +155,14 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in sweep.op)
         (png_dir / f"{number:02d}_{safe}.png").write_bytes(png)
     points = sum(len(line.points) for line in sweep.lines)
+    kind = ("grouped bars, a group per value" if sweep.categories
+            else "a grid sweep, plotted against its estimated work" if sweep.scatter else "")
     return (f"<h3>{_e(sweep.op)}: against {_e(sweep.x_label)}</h3>"
-            f"<p class=\"note\">{points} points, {len(sweep.lines)} line(s)"
-            f"{'; a grid sweep, plotted against its estimated work' if sweep.scatter else ''}"
+            f"<p class=\"note\">{points} points, {len(sweep.lines)} "
+            f"{'series' if sweep.categories else 'line(s)'}{'; ' + kind if kind else ''}"
             f"</p><img alt=\"{_e(sweep.op)}: latency and throughput against "
             f"{_e(sweep.x_label)}\" src=\"data:image/png;base64,"
             f"{base64.b64encode(png).decode('ascii')}\">")
-
-
-def _ledger_html(records: Iterable[Dict[str, Any]],
-                 results: Union[ResultsFile, ResultsStream]) -> str:
-    """The fidelity ledger of a captured workload, first (``results.ledger``; empty else)."""
-    from param_compute.results.ledger import build_ledger, ledger_section
-
-    return ledger_section(build_ledger(records, results.extras, results.run_options))
 
 
 #: What the report reads of each pass's stats (the sweeps and the table).
@@ -151,73 +170,122 @@ _STATS_KEPT = ("n", "median", "p10", "p90")
 
 
 def _compact(record: Dict[str, Any]) -> str:
-    """What the report keeps of a record while the file is read, as compact JSON text: the
-    stats it shows, the rates, a captured config's count and original time, the error of a
-    run without any measured pass, and the config; the measured times are dropped. (Text: a
-    few hundred bytes a run, where the parsed objects take several KB.)"""
+    """What the report keeps of a record it shows, as compact JSON text: the stats it shows,
+    the rates, a captured config's count, the error of a run without any measured pass, and
+    the config; the measured times are dropped."""
     passes = {name: {key: stats.get(key) for key in _STATS_KEPT}
               for name, stats in measured_passes(record)}
     out = {"op_name": record.get("op_name"), "id": record.get("id"),
            "status": record.get("status"), "stats": passes}
-    for key in ("throughput", "count", "original_us", "config"):
+    for key in ("throughput", "count", "config"):
         out[key] = record.get(key)
     if not passes and record.get("error"):
         out["error"] = record["error"]
     return json.dumps(out, separators=(",", ":"), default=str)
 
 
+class _Kept:
+    """Up to ``limit`` compact records, a later record of a run replacing its earlier one;
+    ``dropped`` counts the runs that did not fit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.items, self.places, self.dropped = limit, [], {}, 0
+
+    def offer(self, key: Tuple[str, str], text: str) -> None:
+        if key in self.places:
+            self.items[self.places[key]] = text
+        elif len(self.items) < self.limit:
+            self.places[key] = len(self.items)
+            self.items.append(text)
+        else:
+            self.dropped += 1
+
+    def decoded(self) -> Iterator[Dict[str, Any]]:
+        return (json.loads(text) for text in self.items)
+
+
+def _weight(record: Dict[str, Any]) -> float:
+    """A captured config's share of the step: median x count (0 when not measured)."""
+    median = ((record.get("stats") or {}).get("forward") or {}).get("median")
+    count = record.get("count")
+    ok = isinstance(median, (int, float)) and isinstance(count, int)
+    return float(median) * count if ok else 0.0
+
+
 def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
-    """(the HTML text, the sweeps plotted). A stream is read once; each run is kept compact
-    (:func:`_compact`), its latest record where an appended file holds it twice, and decoded
-    again one operator at a time (sweeps) or one record at a time (roofline, totals, table):
-    memory grows with the runs, not with the records or samples."""
+    """(the HTML text, the sweeps plotted). A stream is read once and what is kept is bounded
+    (module docstring); a captured workload's totals keep a few numbers per run."""
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
-    kept: List[str] = []  # in file order; a later record of a run replaces it
-    places: Dict[Tuple[str, str], int] = {}
-    by_op: Dict[str, List[int]] = {}
+    table, roof = _Kept(TABLE_ROWS), _Kept(ROOF_POINTS)
+    by_op: Dict[str, _Kept] = {}
+    captured: Dict[Tuple[str, str], Dict[str, Any]] = {}  # per run: what the totals read
+    runs: Dict[str, int] = {"n": 0, "sweep": 0}
+    n_low: Optional[int] = None
+    n_high: Optional[int] = None
     for record in records:
         key = (str(record.get("op_name")), str(record.get("id")))
-        if key in places:
-            kept[places[key]] = _compact(record)
-            continue
-        places[key] = len(kept)
-        by_op.setdefault(key[0], []).append(len(kept))
-        kept.append(_compact(record))
-    del places
-
-    def decoded(indexes: Iterable[int] = range(len(kept))) -> Iterator[Dict[str, Any]]:
-        return (json.loads(kept[i]) for i in indexes)
+        runs["n"] += 1
+        for _, stats in measured_passes(record):
+            n = stats.get("n")
+            if isinstance(n, int):
+                n_low = n if n_low is None else min(n_low, n)
+                n_high = n if n_high is None else max(n_high, n)
+        if record.get("count") is not None:
+            kept = ledger_fields(record)
+            kept["config"] = config_label(record.get("config"))
+            captured[key] = kept
+        text = _compact(record)
+        table.offer(key, text)
+        if record.get("throughput"):
+            roof.offer(key, text)
+        if record.get("count") is None:  # captured configs are observed, not ranged
+            mine = by_op.get(key[0])
+            if mine is None and runs["sweep"] < SWEEP_RUNS_ALL:
+                mine = by_op[key[0]] = _Kept(SWEEP_RUNS)
+            if mine is not None and (key in mine.places or runs["sweep"] < SWEEP_RUNS_ALL):
+                runs["sweep"] += key not in mine.places and len(mine.items) < mine.limit
+                mine.offer(key, text)
 
     title = title or f"param_compute report: {results.path.name}"
-    parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>", _about(results, len(kept)),
-             _ledger_html(decoded(), results), "<h2>Sweeps</h2>"]
+    parts = [_about(results, runs["n"], (n_low, n_high))]
+    if captured:
+        totals = WorkloadTotals()
+        for kept in captured.values():
+            totals.add_json(kept)
+        parts.append(workload_html(totals, build_ledger(captured.values(), results.extras,
+                                                        results.run_options)))
+        del captured
     sweeps: List[Sweep] = []
+    sweep_parts: List[str] = []
     for op, mine in by_op.items():
-        for sweep in find_sweeps(op, list(decoded(mine))):  # one op's records at once
+        for sweep in find_sweeps(op, list(mine.decoded())):  # one op's records at once
             sweeps.append(sweep)
-            parts.append(_sweep_html(sweep, len(sweeps), png_dir))
-    if not sweeps:
-        parts.append("<p class=\"note\">No operator sweeps a numeric dimension over measured "
-                     "runs (a dry run, or fixed configs only).</p>")
-    parts.append(roofline_section(decoded()))
-    totals = WorkloadTotals()  # captured workloads with original times
-    for record in decoded():
-        totals.add_json(record)
-    parts.append(totals_section(totals))
-    parts.append("<h2>All runs</h2>")
-    parts.append(_table(decoded()))
-    parts.append("</body></html>\n")
-    return "".join(parts), sweeps
+            sweep_parts.append(_sweep_html(sweep, len(sweeps), png_dir))
+    if sweep_parts:
+        parts.append("<h2>Sweeps</h2>")
+        parts.extend(sweep_parts)
+    elif by_op:
+        parts.append("<h2>Sweeps</h2><p class=\"note\">No operator ranges a dimension over "
+                     "measured runs (a dry run, or configs listed one by one): the table "
+                     "below has them all.</p>")
+    parts.append(roofline_section(list(roof.decoded())))
+    rows = list(table.decoded())
+    if any(r.get("count") is not None for r in rows):  # a captured workload: largest first
+        rows.sort(key=_weight, reverse=True)
+        parts.append("<h2>Configs, largest share of the step first</h2>")
+    else:
+        parts.append("<h2>All runs</h2>")
+    parts.append(_table(rows, table.dropped))
+    return page(title, parts), sweeps
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m param_compute.report",
-        description="Write a self-contained HTML report of a results file: latency and "
-                    "throughput plots of each sweep, and a table of every run.")
+        description="Write a self-contained HTML report of a results file: for a captured "
+                    "workload the step totals and where the time goes first; plots of each "
+                    "sweep, a roofline, and a table of every run with its config.")
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
     parser.add_argument("-o", "--output", type=Path,
                         help="the HTML file (default: RESULTS with .html)")

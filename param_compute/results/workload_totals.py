@@ -107,7 +107,8 @@ class WorkloadTotals:
         op.calls += count
         if len(self._largest) >= self.top and total <= self._largest[0][0]:
             return  # not among the largest: its label is never made
-        entry = (total, self.configs, op_name, run_id, median, count, config_label(config))
+        label = config if isinstance(config, str) else config_label(config)  # a label kept
+        entry = (total, self.configs, op_name, run_id, median, count, label)
         if len(self._largest) < self.top:
             heapq.heappush(self._largest, entry)
         else:
