@@ -25,6 +25,9 @@ without it they are shown all the same.
 Both files are read in one pass each, BASE first: memory grows with the number of runs, not
 with records or bytes (see :mod:`param_compute.results.comparison`).
 
+``--html OUT.html`` also writes the comparison as one self-contained page (see
+:mod:`param_compute.results.compare_html`).
+
 Exit status: 0; 1 with ``--fail-on-regression PCT`` when some run is significantly slower by
 more than PCT percent or the gate fails closed as above; 2 when an input is missing or not a
 results file, or with ``--strict`` when runs or settings do not match.
@@ -204,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare files whose device, threads or timing mode differ (that "
                         "difference is what is being measured); configs must still match")
     p.add_argument("--csv", type=Path, help="also write every compared row to this CSV file")
+    p.add_argument("--html", type=Path, metavar="OUT.html",
+                   help="also write the comparison as a self-contained HTML page (speedup bars "
+                        "with intervals, config labels, significance colours)")
     p.add_argument("--max-rows", type=int, default=60,
                    help="table rows to show (default 60; significant changes first when cut)")
     return p
@@ -245,6 +251,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
         console.print(f"csv: {args.csv}", highlight=False)
+    if args.html is not None:
+        from param_compute.results.compare_html import compare_html
+
+        try:
+            args.html.write_text(compare_html(report, args.base, args.new, args.alpha),
+                                 encoding="utf-8")
+        except OSError as exc:
+            print(f"error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_INVALID
+        console.print(f"html: {args.html}", highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
         parts = []
