@@ -50,7 +50,7 @@ def speedup_bar(row: Row, limit: float = SCALES[-1]) -> str:
     result = row.result
     colour = COLOURS.get(result.verdict, "#9e9e9e")
     middle = WIDTH / 2
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+    out = [f'<svg width="{WIDTH}" height="{HEIGHT}" '
            f'role="img" aria-label="speedup {e(_times(result.speedup))}">'
            f'<line x1="{middle}" y1="0" x2="{middle}" y2="{HEIGHT}" stroke="#555"/>']
     if result.speedup is not None and 0 < result.speedup < math.inf:

@@ -82,7 +82,7 @@ def roofline_svg(records: Sequence[Dict[str, Any]]) -> str:
         return HEIGHT - MARGIN - (HEIGHT - 2 * MARGIN) * math.log10(y / y_lo) / math.log10(
             y_hi / y_lo)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH + LEGEND}" '
+    out = [f'<svg width="{WIDTH + LEGEND}" '
            f'height="{HEIGHT}" role="img" aria-label="roofline" font-size="11" '
            f'font-family="sans-serif">',
            f'<rect x="{MARGIN}" y="{MARGIN}" width="{WIDTH - 2 * MARGIN}" '

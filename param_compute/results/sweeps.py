@@ -180,6 +180,7 @@ def find_sweeps(op: str, records: List[Dict[str, Any]]) -> List[Sweep]:
         names = [n for n in dict.fromkeys(k for s in members for k in s.constants)
                  if len({repr(s.constants.get(n)) for s in members}) > 1][:3]
         lines: Dict[Tuple[str, str], Line] = {}
+        xs_of: Dict[Tuple[str, str], set] = {}
         for series in members:
             base = ", ".join(f"{n}={_format_value(series.constants.get(n))}" for n in names)
             if len(members) > 1 and not base:  # told apart by nothing that varies: its config
@@ -192,9 +193,10 @@ def find_sweeps(op: str, records: List[Dict[str, Any]]) -> List[Sweep]:
                             label if pass_name == "forward" else f"{label} ({pass_name})",
                             pass_name)
                     median = stats["median"]
-                    if any(p.x == series.x_values[index]
-                           for p in lines[(label, pass_name)].points) and not scatter:
+                    seen = xs_of.setdefault((label, pass_name), set())
+                    if series.x_values[index] in seen and not scatter:
                         continue  # a repeated x on one line (configs alike in all but id)
+                    seen.add(series.x_values[index])
                     lines[(label, pass_name)].points.append(Point(
                         series.x_values[index], median, stats.get("p10", median),
                         stats.get("p90", median), _rate(record, pass_name, median, rate_kind),
