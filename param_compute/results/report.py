@@ -89,6 +89,13 @@ def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional
     return "; ".join(p for p in parts if p)
 
 
+def _host(info: Dict[str, Any]) -> str:
+    about = [str(info[k]) for k in ("platform",) if info.get(k)]
+    if info.get("cpu_count"):
+        about.append(f"{info['cpu_count']} CPUs")
+    return f"{info.get('hostname') or ''}" + (f" ({', '.join(about)})" if about else "")
+
+
 def _about(results: Union[ResultsFile, ResultsStream], runs: int,
            n_seen: Tuple[Optional[int], Optional[int]]) -> str:
     info, options = results.sys_info, results.run_options
@@ -96,8 +103,7 @@ def _about(results: Union[ResultsFile, ResultsStream], runs: int,
     items = [("results", results.path), ("spec", options.get("config_file")),
              ("device", options.get("device") or info.get("device")),
              ("GPU", info.get("cuda_device_name")),
-             ("host", f"{info.get('hostname', '')} ({info.get('platform', '')}, "
-                      f"{info.get('cpu_count', '?')} CPUs)"),
+             ("host", _host(info)),
              ("torch", info.get("pytorch_version")),
              ("protocol", protocol_text(options, n_seen)),
              ("peaks", options.get("peaks")),
