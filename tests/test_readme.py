@@ -127,3 +127,42 @@ def test_the_five_minute_walkthrough_does_what_it_says(tmp_path):
     explained = run_cli("-c", first, "--explain")
     assert explained.returncode == 0, explained.stderr
     assert "args[0].shape[0]: 256, 512, 768, 1024" in explained.stdout
+
+
+def test_every_repository_path_in_the_prose_exists():
+    """Paths named anywhere (not only in code spans), except those inside another project's
+    path (``train/compute/python/examples/...`` is PARAM's)."""
+    top = "|".join(re.escape(t.rstrip("/")) for t in TOP)
+    named = set(re.findall(rf"(?<![\w/.-])((?:{top})/[\w./-]*\w)", _text()))
+    assert "param_compute/spec/spec.schema.json" in named
+    missing = sorted(p for p in named if not (REPO / p).exists())
+    assert not missing, f"the README names paths that do not exist: {missing}"
+
+
+def test_the_suite_time_it_states_is_the_one_the_bench_script_checks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_time", REPO / "bench" / "suite_time.py")
+    suite_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite_time)
+    seconds, cores = suite_time.readme_claim(_text())
+    assert cores == "two" and 30 <= seconds <= 600
+    assert suite_time.pytest_seconds("1 failed, 700 passed in 118.52s (0:01:58)") == 118.52
+    with pytest.raises(ValueError):
+        suite_time.readme_claim("no claim here")
+
+
+def test_help_and_readme_describe_the_timing_modes_alike():
+    from param_compute.cli.run_benchmark import build_parser
+
+    [action] = [a for a in build_parser()._actions if "--exec-mode" in a.option_strings]
+    row = next(line for line in _text().splitlines() if line.startswith("| `--exec-mode` |"))
+    readme = row.split("|")[2].replace("`", "").strip()
+    assert " ".join(action.help.split()) == readme
+    assert "10 blocks" in readme  # continuous mode: stamped blocks, not "timed as a whole"
+
+
+def test_requirements_say_which_torch_build_the_pin_gives():
+    text = (REPO / "requirements.txt").read_text()
+    assert "CPU build of torch" not in text
+    assert "default index gives the CUDA build" in text and "whl/cpu" in text

@@ -70,8 +70,9 @@ class RunOptions:
     exec_mode: ExecMode = flag(
         "--exec-mode", default=ExecMode.DISCRETE, parse=_exec_mode,
         choices=[m.value for m in ExecMode], cli_default=ExecMode.DISCRETE.value,
-        help="discrete: each iteration timed alone; continuous: the loop timed as a whole; "
-             "continuous_events: back to back, one event pair per iteration")
+        help="discrete (each iteration timed alone), continuous (the loop back to back, "
+             "stamped at the boundaries of up to 10 blocks: each block's mean per call is one "
+             "value), continuous_events (CUDA: an event pair per iteration, one synchronize)")
     num_threads: int = flag("--num-threads", default=1, type=int,
                             help="torch intra-op threads (default 1, as PARAM)")
     seed: int = flag("--seed", default=0, type=int,
