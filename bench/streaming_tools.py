@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: Peak RSS limits (MB) at the default 300,000 records.
 LIMITS_MB = {"compare": 500, "exporters": 500, "merge": 500, "workload_totals": 500,
-             "report": 1000}
+             "report": 500}
 OPS = [f"torch.op{k}" for k in range(10)]
 SAMPLES = 16
 

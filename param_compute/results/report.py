@@ -210,6 +210,18 @@ class _Kept:
         return (json.loads(text) for text in self.items)
 
 
+def _captured(record: Dict[str, Any]) -> str:
+    """What a captured workload's totals and ledger read of a run (``ledger_fields`` and the
+    config label), as compact JSON text: ~150 bytes a run."""
+    kept = ledger_fields(record)
+    kept["config"] = config_label(record.get("config"))
+    return json.dumps(kept, separators=(",", ":"), default=str)
+
+
+def _uncaptured(text: str) -> Dict[str, Any]:
+    return json.loads(text)
+
+
 def _weight(record: Dict[str, Any]) -> float:
     """A captured config's share of the step: median x count (0 when not measured)."""
     median = ((record.get("stats") or {}).get("forward") or {}).get("median")
@@ -225,7 +237,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
     table, roof = _Kept(TABLE_ROWS), _Kept(ROOF_POINTS)
     by_op: Dict[str, _Kept] = {}
-    captured: Dict[Tuple[str, str], Dict[str, Any]] = {}  # per run: what the totals read
+    captured: Dict[Tuple[str, str], str] = {}  # per run: what the totals read
     runs: Dict[str, int] = {"n": 0, "sweep": 0}
     n_low: Optional[int] = None
     n_high: Optional[int] = None
@@ -238,9 +250,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
                 n_low = n if n_low is None else min(n_low, n)
                 n_high = n if n_high is None else max(n_high, n)
         if record.get("count") is not None:
-            kept = ledger_fields(record)
-            kept["config"] = config_label(record.get("config"))
-            captured[key] = kept
+            captured[key] = _captured(record)
         text = _compact(record)
         table.offer(key, text)
         if record.get("throughput"):
@@ -258,9 +268,10 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     if captured:
         totals = WorkloadTotals()
         for kept in captured.values():
-            totals.add_json(kept)
-        parts.append(workload_html(totals, build_ledger(captured.values(), results.extras,
-                                                        results.run_options)))
+            totals.add_json(_uncaptured(kept))
+        parts.append(workload_html(totals, build_ledger(
+            (_uncaptured(kept) for kept in captured.values()), results.extras,
+            results.run_options)))
         del captured
     sweeps: List[Sweep] = []
     sweep_parts: List[str] = []
