@@ -393,7 +393,9 @@ def test_workload_totals_sets_replayed_time_beside_the_original(mlp_traces, tmp_
     capsys.readouterr()
     assert totals_main([str(results)]) == 0
     table = capsys.readouterr().out
-    addmm = next(line for line in table.splitlines() if line.startswith("aten::addmm"))
+    largest, compared = table.split("replay/orig", 1)  # the largest configs, then per op
+    assert "largest configs" in largest and "4·3×8·8×4·beta=1·alpha=1 f32" in largest
+    addmm = next(line for line in compared.splitlines() if line.startswith("aten::addmm"))
     original = next(r["original_us"]["cpu"] for r in records if r["op_name"] == "aten::addmm")
     assert f"{original / 1e3:.3f}" in addmm and addmm.rstrip().endswith("x")
     assert totals_main([str(tmp_path / "missing.json")]) == 2
@@ -401,8 +403,8 @@ def test_workload_totals_sets_replayed_time_beside_the_original(mlp_traces, tmp_
     from param_compute.results.report import build_report
 
     html, _ = build_report(read_results(results))
-    assert "Captured workload: replayed against the original run" in html
-    assert "<td>aten::addmm</td>" in html
+    where = html[html.index("<h2>Where the time goes</h2>"):html.index("Largest configs")]
+    assert "replayed / original" in where and "<td>aten::addmm</td>" in where
 
 
 def test_param_form_notes_params_remaining_limits():

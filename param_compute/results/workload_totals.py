@@ -168,39 +168,6 @@ def format_top_configs(totals: WorkloadTotals) -> str:
     return "\n".join(lines)
 
 
-def workload_section(records: Iterable[Dict[str, Any]]) -> str:
-    """The HTML report's section for a captured workload whose records carry original times:
-    replayed time per op beside production's (empty for other results)."""
-    totals = WorkloadTotals()
-    for record in records:
-        totals.add_json(record)
-    return totals_section(totals)
-
-
-def totals_section(totals: WorkloadTotals) -> str:
-    """:func:`workload_section` from totals summed as the records were read."""
-    from html import escape
-
-    rows = comparison_rows(totals)
-    if not rows:
-        return ""
-    head = ("op", "configs", "calls", "replayed ms", "original CPU ms", "original device ms",
-            "replayed / original")
-    out = ["<h2>Captured workload: replayed against the original run</h2>",
-           "<p class=\"note\">Σ median × count per op beside the time the captured run spent "
-           "in it (Kineto, mean per call × count); the ratio compares with device time where "
-           "recorded, else CPU time.</p><table><thead><tr>",
-           "".join(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
-    for row in rows:
-        ratio = f"{row['ratio']:.2f}×" if row["ratio"] is not None else "-"
-        cells = [f"{row['configs']}", f"{row['calls']}", f"{row['replayed_ms']:.3f}",
-                 f"{row['original_cpu_ms']:.3f}", f"{row['original_device_ms']:.3f}", ratio]
-        out.append(f"<tr><td>{escape(row['op'])}</td>"
-                   + "".join(f"<td class=\"num\">{c}</td>" for c in cells) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
     time per op beside the original time (from ``original_us``), the file read once. Exit 2:
@@ -242,6 +209,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                          f"({totals.failed_calls} calls) not measured"
                                          if totals.failed_configs else ""))
     if totals.configs:
+        print("largest configs (median × count):")
         print(format_top_configs(totals))
         print()
     rows = comparison_rows(totals)
