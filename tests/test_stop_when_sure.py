@@ -178,3 +178,23 @@ def test_cuda_peak_bytes_is_the_allocator_peak_above_the_start():
     device.reset_peak_memory()
     device._torch.cuda.peak = 5000  # the pass allocated 4000 bytes more at its peak
     assert device.peak_bytes() == 4000 and device.peak_memory_mb() == 5000 / 2**20
+
+
+def test_the_flags_on_the_command_line_and_through_a_worker(tmp_path):
+    from conftest import run_cli, write_spec
+    from param_compute.results.file import read_results
+
+    spec = write_spec(tmp_path, simple_op("torch.add", tensor(8), tensor(8)))
+    out = tmp_path / "r.json"
+    done = run_cli("-c", str(spec), "--max-noise", "5", "--max-time", "2", "--keep-samples",
+                   "7", "--isolate", "--no-canary", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    read = read_results(out)
+    [record] = read.records
+    stats = record["stats"]["forward"]
+    assert stats["stop_reason"] in ("noise", "max_time") and stats["n"] >= MIN_SURE_N
+    assert len(record["metric"]["forward"]["measure.time"]) == 7 and stats["kept"] == 7
+    assert "descheduled" in stats and "peak_bytes" in stats
+    options = read.run_options
+    assert (options["max_noise"], options["max_time"], options["keep_samples"],
+            options["canary"], options["timer"]) == (5.0, 2.0, 7, False, "wall")
