@@ -18,7 +18,8 @@ from param_compute.results.file.schema import schema_problem
 from param_compute.results.records import PassResult, RunRecord
 from param_compute.results.stats import DESCHEDULED_SLACK, descheduled
 from param_compute.runtime import canary as canary_module
-from param_compute.runtime.canary import BAND_MADS, BASELINE_READINGS, CALLS, MIN_BAND, Canary
+from param_compute.runtime.canary import (BAND_MADS, BASELINE_READINGS, CALLS, COST_SHARE,
+                                          MIN_BAND, Canary)
 from param_compute.runtime.clocks import TIMERS, pick_times, timer_refusal
 from param_compute.runtime.disturbance import involuntary_switches, judge
 from param_compute.runtime.options import RunOptions
@@ -182,15 +183,15 @@ def test_canary_flags_runs_measured_while_it_drifted():
     started = canary.before()  # the baseline: warm-up then BASELINE_READINGS readings
     assert work.calls == 3 + BASELINE_READINGS * CALLS
     assert canary.baseline == pytest.approx(0.05) and canary.band == MIN_BAND
-    assert canary.interval == pytest.approx(CALLS * 0.05e-3 / 0.02)
-    work.ns += int(canary.interval * 1e9)  # a config lasting one interval
+    assert canary.interval == pytest.approx(CALLS * 0.05e-3 / COST_SHARE)
+    work.ns += int(canary.interval * 1e9) + 1000  # a config lasting one interval
     assert canary.after(started) is None  # a reading within the band
     # the machine slows down by half: the next config's readings drift
     work.costs = [0.075]
     work.calls = 0
     started = canary.before()  # no reading due yet (one was just taken)
     assert work.calls == 0
-    work.ns += int(canary.interval * 1e9)
+    work.ns += int(canary.interval * 1e9) + 1000
     assert canary.after(started) == pytest.approx(0.5)
     # the next, short config: its last reading before it drifted
     started = canary.before()
