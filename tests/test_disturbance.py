@@ -69,6 +69,40 @@ def test_cpu_time_is_read_outside_each_pair_of_stamps(monkeypatch):
     assert "cpu" not in order
 
 
+def test_discard_disturbed_drops_the_waiting_samples_of_a_run(monkeypatch):
+    # CPU time advances 1 ms per read: the sample's CPU time is 1 ms; the wall time is the
+    # op's own (~µs): no sample waited, nothing dropped; with no CPU time every one did, and
+    # dropping them all would leave nothing: kept, and the run is flagged.
+    cpu_ns = iter(range(0, 10**12, 1_000_000))
+    monkeypatch.setattr(timing, "thread_cpu_ns", lambda: next(cpu_ns))
+    [record] = param_compute.run(_mm_spec(), iteration=6, discard_disturbed=True,
+                                 canary=False).records
+    stats = record["stats"]["forward"]
+    assert (stats["descheduled"], stats["discarded"], stats["n"]) == (0.0, 0, 6)
+    monkeypatch.setattr(timing, "thread_cpu_ns", lambda: 0)
+    [record] = param_compute.run(_mm_spec(), iteration=6, discard_disturbed=True,
+                                 canary=False).records
+    stats = record["stats"]["forward"]
+    assert (stats["descheduled"], stats["discarded"], stats["n"]) == (1.0, 0, 6)
+    assert record["disturbed"] is True
+
+    def every_other_waits():  # samples 0, 2, 4: 1 ms of CPU; 1, 3, 5: none (they waited)
+        base, k = 0, 0
+        while True:
+            yield base
+            yield base + (1_000_000 if k % 2 == 0 else 0)
+            base, k = base + 10_000_000, k + 1
+
+    reads = every_other_waits()
+    monkeypatch.setattr(timing, "thread_cpu_ns", lambda: next(reads))
+    [record] = param_compute.run(_mm_spec(), warmup=0, iteration=6, discard_disturbed=True,
+                                 canary=False).records
+    stats = record["stats"]["forward"]
+    assert (stats["descheduled"], stats["discarded"], stats["n"]) == (0.5, 3, 3)
+    assert record["metric"]["forward"]["measure.cpu_time"] == [1.0, 1.0, 1.0]
+    assert record["disturbed"] is True  # half the samples waited: the run still says so
+
+
 def test_descheduled_samples_and_discarding():
     wall = [1.0, 1.0 + DESCHEDULED_SLACK / 2, 2.0, 3.0]
     cpu = [1.0, 1.0, 1.0, 1.0]
@@ -139,6 +173,10 @@ def test_timer_cpu_is_refused_where_it_cannot_time():
     with pytest.raises(OptionsError, match="--num-threads 1"):
         RunOptions(num_threads=2, timer="cpu").check()
     assert "must be one of" in timer_refusal("sundial", "cpu", 1)
+    with pytest.raises(OptionsError, match="--discard-disturbed .* --num-threads 1"):
+        RunOptions(num_threads=2, discard_disturbed=True).check()
+    with pytest.raises(OptionsError, match="--discard-disturbed"):
+        RunOptions(device="cuda", discard_disturbed=True).check()
     assert pick_times("wall", [1.0], [0.5]) == ([1.0], "measure.cpu_time", [0.5])
     assert pick_times("wall", [1.0], []) == ([1.0], None, [])
 

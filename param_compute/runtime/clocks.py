@@ -52,10 +52,15 @@ TIMERS: Dict[str, Timer] = {timer.name: timer for timer in (
 )}
 
 
-def timer_refusal(timer: str, device: str, num_threads: int) -> Optional[str]:
-    """Why ``--timer TIMER`` cannot time a run on ``device`` with ``num_threads`` (None: it can)."""
+def timer_refusal(timer: str, device: str, num_threads: int,
+                  discard_disturbed: bool = False) -> Optional[str]:
+    """Why ``--timer TIMER`` (or ``--discard-disturbed``, which judges samples by the thread's
+    CPU time) cannot time a run on ``device`` with ``num_threads`` (None: it can)."""
     if timer not in TIMERS:
         return f"--timer must be one of {', '.join(TIMERS)}, got {timer!r}"
+    if discard_disturbed and (device.startswith("cuda") or num_threads != 1):
+        return ("--discard-disturbed judges each sample by the calling thread's CPU time: it "
+                "needs a CPU run with --num-threads 1")
     return TIMERS[timer].refusal(device, num_threads)
 
 

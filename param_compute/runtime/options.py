@@ -231,7 +231,8 @@ class RunOptions:
             raise OptionsError(f"--min-time must be >= 0 seconds, got {self.min_time}")
         if self.warmup_time < 0:
             raise OptionsError(f"--warmup-time must be >= 0 seconds, got {self.warmup_time}")
-        why = timer_refusal(self.timer, self.device, self.num_threads) or measuring_refusal(
+        why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
+            or measuring_refusal(
             self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples)
         if why is not None:
             raise OptionsError(why)
