@@ -162,7 +162,8 @@ class ConsoleReporter(RecordSink):
         if record is None:
             return
         self.workload.add(record)
-        self.too_few += any(0 < len(p.measure_ms) < MIN_TRUSTED_N for p in record.passes)
+        self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
+                            for stats in record.stats().values())
         self.disturbed += record.status == STATUS_OK and record.disturbed()
         self._keep(record)
 
