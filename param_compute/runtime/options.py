@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
+from param_compute.runtime.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
 from param_compute.runtime.timing import ExecMode
 
@@ -100,6 +101,24 @@ class RunOptions:
         help="after the -w calls keep warming up until S seconds of calls have run (with "
              "--min-time also until the per-block median settles); recommended: "
              "--warmup-time 0.2 --min-time 0.5")
+    #: --max-noise/--max-time (``runtime.measure``); --timer (``runtime.clocks.TIMERS``).
+    max_noise: float = flag(
+        "--max-noise", default=0.0, type=float, metavar="PCT",
+        help="keep measuring until the median's 95%% interval is within ±PCT%% of it (at least "
+             "--min-time, at most --max-time/--max-iteration); stats say why it stopped")
+    max_time: float = flag("--max-time", default=10.0, type=float, metavar="S",
+                           help="upper bound of --max-noise's measuring, seconds (default 10)")
+    timer: str = flag("--timer", default="wall", choices=list(TIMERS),
+                      help="wall (default): the device's clock; cpu: the calling thread's CPU "
+                           "time (CPU, --num-threads 1): time spent descheduled not counted")
+    discard_disturbed: bool = flag(
+        "--discard-disturbed", default=False, action="store_true",
+        help="drop samples whose wall time exceeds their thread CPU time by over 10%%")
+    canary: bool = flag("--no-canary", default=True, action="store_false",
+                        help="no canary workload between configs (runtime.canary)")
+    keep_samples: int = flag("--keep-samples", default=2000, type=int, metavar="N",
+                             help="keep at most N raw times per pass, evenly spread (default "
+                                  "2000); the stats come from all")
     #: Check what was timed against eager ("eager") or a float64 eager run ("fp64").
     verify: Optional[str] = flag(
         "--verify", default=None, nargs="?", const="eager", choices=["eager", "fp64"],
@@ -213,6 +232,11 @@ class RunOptions:
             raise OptionsError(f"--min-time must be >= 0 seconds, got {self.min_time}")
         if self.warmup_time < 0:
             raise OptionsError(f"--warmup-time must be >= 0 seconds, got {self.warmup_time}")
+        why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
+            or measuring_refusal(
+            self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples)
+        if why is not None:
+            raise OptionsError(why)
         if self.verify not in (None, "eager", "fp64"):
             raise OptionsError(f"--verify must be eager or fp64, got {self.verify!r}")
         if self.max_iteration < self.iteration:
