@@ -130,6 +130,12 @@ def test_the_header_says_the_protocol_that_was_used(tmp_path):
     assert "0.2 s" in protocol and "0.5 s" in protocol and "16 calls measured per pass" \
         in protocol
     assert "warm-up 1," not in text and "measured 1 " not in text
+    # stopping on noise, another timer, dropped samples: said too
+    said = protocol_text({"warmup": 1, "iteration": 1, "min_time": 0.5, "max_noise": 2,
+                          "max_time": 10, "timer": "cpu", "discard_disturbed": True},
+                         (40, 900))
+    assert "within ±2% (at most 10 s)" in said and "cpu timer" in said \
+        and "disturbed samples dropped" in said and "40–900 calls" in said
     # a count-based run says its counts
     assert protocol_text({"warmup": 5, "iteration": 30, "exec_mode": "discrete"}, (30, 30)) \
         == "warm-up 5 call(s); measured 30 call(s); 30 calls measured per pass; discrete"

@@ -72,6 +72,13 @@ def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional
                      f"(at most {options.get('max_iteration')} calls)")
     elif iterations is not None:
         parts.append(f"measured {iterations} call(s)")
+    if options.get("max_noise"):
+        parts.append(f"until the median's 95% interval was within ±{options['max_noise']:g}% "
+                     f"(at most {_seconds(options.get('max_time') or 0)})")
+    if options.get("timer") not in (None, "wall"):
+        parts.append(f"{options['timer']} timer")
+    if options.get("discard_disturbed"):
+        parts.append("disturbed samples dropped")
     low, high = n_seen
     if low is not None:
         parts.append(f"{low} calls measured per pass" if low == high
