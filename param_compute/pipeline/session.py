@@ -179,7 +179,20 @@ class Session:
             datetime.now().isoformat(timespec="seconds"), cmd_args, shard_header).to_json()
 
     def _make_filters(self) -> None:
-        """``--resume``: the file's runs are skipped, once its header matches this run's."""
+        """``--only``/``-k``/``--input-id`` (``plan.filters``; one that selects nothing is an
+        error) and ``--resume``: the file's runs are skipped, once its header matches this
+        run's."""
+        from param_compute.plan.filters import FilterError, RunFilter, check_selection
+        from param_compute.plan.runplan import plan_runs
+
+        selection = RunFilter.from_options(self.options)
+        if selection:
+            try:
+                check_selection(selection, plan_runs(
+                    self.spec, self.toolchain.registries.config_iterators, self.options.device))
+            except FilterError as exc:
+                raise OptionsError(str(exc)) from None
+            self.run_filters.append(selection.wants)
         if not self.outputs.resume:
             return
         from param_compute.results.resume import scan_results

@@ -82,6 +82,17 @@ class RunOptions:
     stop_id: Optional[str] = flag(
         "-s", "--stop-id", "--stop_id", default=None,
         help="stop at this op_name|id: it and everything after are skipped")
+    #: Run filters (``plan.filters``): operator-name globs, ``-k`` expressions, input ids.
+    only: Tuple[str, ...] = flag(
+        "--only", default=(), parse=_texts, action="append", metavar="GLOB",
+        help="run only operators whose name matches GLOB (torch.mm, torch.nn.*; repeatable)")
+    keywords: Tuple[str, ...] = flag(
+        "-k", default=(), parse=_texts, action="append", metavar="EXPR",
+        help="run only runs whose op name, id or config (shapes, dtypes: 512x512, bf16) "
+             "contains EXPR, or matches it as a glob (repeatable: all must match)")
+    input_ids: Tuple[str, ...] = flag(
+        "--input-id", default=(), parse=_texts, action="append", metavar="ID",
+        help="run only this input id (1, 0_3), run id (0|0|1) or key (op|0|0|1) (repeatable)")
     dry_run: bool = flag("--dry-run", default=False, action="store_true",
                          help="validate and expand only: write the planned runs, allocate "
                               "nothing")
@@ -188,8 +199,11 @@ class RunOptions:
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
-        for name in ("allow_namespaces", "workloads_dirs"):  # any iterable of names or paths
-            object.__setattr__(self, name, tuple(str(item) for item in getattr(self, name)))
+        for name in ("allow_namespaces", "workloads_dirs", "only", "keywords",
+                     "input_ids"):  # any iterable of names or paths (or one name)
+            value = getattr(self, name)
+            value = (value,) if isinstance(value, (str, os.PathLike)) else value
+            object.__setattr__(self, name, tuple(str(item) for item in value))
         if self.step_file is not None:  # a step file given is a step to replay
             object.__setattr__(self, "replay_step", True)
         if self.timeout is not None:  # a per-config bound needs a process that can be killed
@@ -254,7 +268,8 @@ class RunOptions:
         out = asdict(self)
         out["exec_mode"] = self.exec_mode.value
         out["allow_namespaces"] = list(self.allow_namespaces)
-        out["workloads_dirs"] = list(self.workloads_dirs)
+        for name in ("workloads_dirs", "only", "keywords", "input_ids"):
+            out[name] = list(getattr(self, name))
         out["pass_type"] = PARAM_PASS_TYPE[self.backward]
         out["op_exec_mode"] = param_exec_mode(self.exec_mode.value)
         out["resume_op_run_id"] = self.resume_id
