@@ -232,7 +232,8 @@ class Session:
                                              self.toolchain, self.options))
         if self.nsight is not None:
             sinks.append(self._batch_profiler())
-        if self.path is not None and not self.options.isolate and not self.options.dry_run:
+        if self.path is not None and not self.options.isolate and not self.options.dry_run \
+                and self.options.repetitions == 1:  # runs measured in workers need no marker
             from param_compute.runtime.crash_marker import CrashMarker
 
             sinks.append(CrashMarker(self.path))
@@ -274,7 +275,8 @@ class Session:
 
     def _refused(self) -> Dict[str, str]:
         """A config that crashed the previous attempt is recorded as an error, not rerun."""
-        if self.resume is None or self.options.isolate or self.options.dry_run:
+        if self.resume is None or self.options.isolate or self.options.dry_run \
+                or self.options.repetitions > 1:
             return {}
         from param_compute.runtime.crash_marker import crash_message, previous_crash
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from param_compute.results.stats import is_noisy, summarize
+from param_compute.results.stats import across_repetitions, is_noisy, summarize
 from param_compute.results.targets import evaluate_target
 from param_compute.results.utilization import utilization
 
@@ -90,9 +90,15 @@ class RunRecord:
     #: The config's target (``{metric, value}``), judged in ``to_json``; ``--verify``'s verdict.
     target: Optional[Dict[str, Any]] = None
     verify: Optional[Dict[str, Any]] = None
+    #: ``--repetitions``: per pass, the median of each repetition (``runtime.repetitions``).
+    repetition_medians: Optional[Dict[str, List[float]]] = None
 
     def stats(self) -> Dict[str, Optional[Dict[str, float]]]:
-        return {p.name: summarize(p.measure_ms) for p in self.passes}
+        out = {p.name: summarize(p.measure_ms) for p in self.passes}
+        for name, medians in (self.repetition_medians or {}).items():
+            if out.get(name) and medians:
+                out[name] = across_repetitions(out[name], medians)
+        return out
 
     @property
     def count(self) -> Optional[int]:

@@ -99,3 +99,16 @@ def summarize(values: Sequence[float]) -> Optional[Dict[str, float]]:
         "ci_high": ci_high,
         "ci_rel_width": (ci_high - ci_low) / median if median > 0 else 0.0,
     }
+
+
+def across_repetitions(stats: Dict[str, Any], medians: Sequence[float]) -> Dict[str, Any]:
+    """``stats`` of every repetition's samples pooled, with the median and its interval taken
+    across repetitions instead: ``median`` is the median of ``medians`` (one per repetition,
+    listed as ``repetition_medians``) and ``ci_low``/``ci_high`` its distribution-free
+    interval over them (the whole range below 6 repetitions)."""
+    ordered = sorted(medians)
+    median = quantile(ordered, 0.5)
+    ci_low, ci_high = median_ci(ordered)
+    return dict(stats, median=median, ci_low=ci_low, ci_high=ci_high,
+                ci_rel_width=(ci_high - ci_low) / median if median > 0 else 0.0,
+                repetition_medians=list(medians))

@@ -151,6 +151,12 @@ class RunOptions:
         help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, 512MiB) without "
              "allocating; 'auto' (default): half the memory available at start; 'none': no "
              "limit")
+    #: Measure the whole plan this many times, each in a fresh process and a seeded random
+    #: order (``runtime.repetitions``).
+    repetitions: int = flag(
+        "--repetitions", default=1, type=int, metavar="N",
+        help="measure the whole plan N times, each in a fresh process and a random order "
+             "(seeded by --seed); stats give the median of repetition medians")
     #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
     isolate: bool = flag("--isolate", default=False, action="store_true",
                          help="run configs in a worker subprocess (reused while healthy): a "
@@ -216,6 +222,11 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 0, got {self.iteration}")
         if self.iteration == 0 and self.min_time > 0:
             raise OptionsError("--min-time extends a measurement: it needs --iteration >= 1")
+        if self.repetitions < 1:
+            raise OptionsError(f"--repetitions must be >= 1, got {self.repetitions}")
+        if self.repetitions > 1 and (self.profile or self.execution_trace):
+            raise OptionsError("--repetitions measures in worker processes: -p/--et would "
+                               "trace only this one; drop one of them")
         if self.num_threads < 1:
             raise OptionsError(f"--num-threads must be >= 1, got {self.num_threads}")
         most = max_threads()
