@@ -23,6 +23,7 @@ import logging
 import random
 from typing import Callable, Dict, List, Sequence
 
+from param_compute.plan.runkey import join_fields
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.results.stats import quantile
@@ -33,7 +34,7 @@ log = logging.getLogger("param_compute")
 def repetition_order(runs: Sequence[PlannedRun], seed: int, repetition: int) -> List[PlannedRun]:
     """``runs`` shuffled by a generator seeded from ``seed`` and the repetition's index."""
     order = list(runs)
-    random.Random(f"param_compute|repetition|{seed}|{repetition}").shuffle(order)
+    random.Random(join_fields("param_compute", "repetition", seed, repetition)).shuffle(order)
     return order
 
 
