@@ -9,8 +9,10 @@ import pytest
 
 from conftest import run_cli, write_spec
 from param_compute.cli.ab import round_plan
-from param_compute.results.file import read_results
+from param_compute.results.comparison import compare_files
+from param_compute.results.file import read_results, write_results
 from param_compute.results.rounds import join_records
+from param_compute.results.significance import compare_samples
 
 AB = "param_compute.cli.ab"
 TINY = {"torch.add": {
@@ -26,7 +28,7 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
     spec = write_spec(tmp_path, TINY)
     out = tmp_path / "ab"
     result = run_cli("-c", spec, "--a", "-i 5 --no-throughput", "--b", "--no-throughput -i 5",
-                     "--python-b", sys.executable, "-o", out, module=AB)
+                     "--python-b", sys.executable, "-o", out, "--rounds", "2", module=AB)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (out / "rounds").iterdir()) == [
         "a1.json", "a2.json", "b1.json", "b2.json"]
@@ -47,7 +49,8 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
     assert "b.json vs" in result.stdout  # the compare table's title: B against A
     assert "│ torch.add │ 0|0|0_0 │ forward │" in result.stdout
     assert "geometric mean speedup" in result.stdout
-    assert "B vs A: " in result.stdout and "(2 rounds;" in result.stdout
+    assert "B vs A: 0 faster, 0 slower, 2 same (2 rounds;" in result.stdout
+    assert "fewer than 4 processes a side never make a change significant" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -103,3 +106,29 @@ def test_join_records_keeps_a_failed_round_and_says_which():
     joined = join_records([_record([1.0]), failed])
     assert joined["status"] == "error"
     assert joined["error"]["message"] == "round 2 of 2: boom"
+
+
+def _side(path, medians_by_process, per_process=8):
+    """A results file of one run whose samples come from processes with these medians."""
+    times = [m + 0.001 * k for m in medians_by_process for k in range(per_process)]
+    record = {"op_name": "torch.add", "id": "0|0|0", "status": "ok", "config": {},
+              "metric": {"forward": {"measure.time": times}},
+              "stats": {"forward": {"repetition_medians": medians_by_process}}}
+    write_results(path, {"run_options": {}, "sys_info": {}}, [record], {"finish_time": "t"})
+    return path
+
+
+@pytest.mark.parametrize("base, new, verdict", [
+    ([1.0, 1.0, 1.0, 1.3], [1.1, 1.1, 1.1, 1.4], "same"),  # processes overlap
+    ([1.0, 1.0, 1.1, 1.1], [1.2, 1.2, 1.3, 1.3], "slower"),  # every B process slower
+    ([1.0, 1.1], [1.5, 1.6], "same"),  # 2 processes a side: never significant
+])
+def test_compare_judges_samples_of_several_processes_between_processes(tmp_path, base, new,
+                                                                        verdict):
+    report = compare_files(_side(tmp_path / "a.json", base), _side(tmp_path / "b.json", new))
+    (row,) = report.rows
+    assert row.base_n == row.new_n == 8 * len(base)
+    assert row.result.verdict == verdict
+    # the pooled samples alone would call every one of these different
+    pooled = [[m + 0.001 * k for m in side for k in range(8)] for side in (base, new)]
+    assert compare_samples(*pooled).significant

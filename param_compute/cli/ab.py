@@ -4,9 +4,10 @@ command, their processes alternated in ABBA rounds.
 Each side is ``run_benchmark`` with its ARGS (checked by ``run_benchmark``'s own parser before
 anything runs) on the same spec, configs and seed; ``--python-a``/``--python-b`` run a side under
 another interpreter (another virtualenv: another torch), with this param_compute first on its
-``PYTHONPATH`` so both sides replay with the same code. Round ``r`` runs A then B when ``r`` is
-even and B then A when odd (``--rounds 2``: A B B A), so drift over time falls on both sides
-alike. Each process writes ``DIR/rounds/a1.json``...; the rounds of a side are joined
+``PYTHONPATH`` so both sides replay with the same code. Odd rounds run A then B, even rounds B
+then A (``--rounds 4``, the default: A B B A A B B A), so drift over time falls on both sides
+alike; ``compare`` judges a change between the sides' processes as well as their samples
+(``results.comparison``), so fewer than 4 rounds can never call one significant. Each process writes ``DIR/rounds/a1.json``...; the rounds of a side are joined
 (``results.rounds``) into ``DIR/a.json`` and ``DIR/b.json``, ordinary results files; the compare
 table (``results.compare``, B against A, settings allowed to differ) is printed.
 
@@ -98,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", default="", metavar="ARGS", help="run_benchmark flags of side B")
     p.add_argument("-o", "--output-dir", type=Path, required=True, metavar="DIR",
                    help="writes DIR/a.json, DIR/b.json and DIR/rounds/")
-    p.add_argument("--rounds", type=int, default=2, metavar="N",
-                   help="rounds, each one process per side, A first in even rounds and B "
-                        "first in odd ones (default 2: A B B A)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N",
+                   help="rounds, each one process per side, A first in odd rounds and B first "
+                        "in even ones (default 4: A B B A A B B A); a change is significant "
+                        "only between the sides' processes too, so fewer than 4 never is")
     p.add_argument("--python-a", default=sys.executable, metavar="PY",
                    help="interpreter of side A (default this one)")
     p.add_argument("--python-b", default=sys.executable, metavar="PY",
@@ -192,6 +194,9 @@ def run_ab(args: argparse.Namespace, console) -> int:
     render(report, files["a"], files["b"], console, args.max_rows, args.alpha)
     counts = {v: sum(1 for r in report.rows if r.result.verdict == v)
               for v in ("faster", "slower", "same")}
+    if args.rounds < 4:
+        console.print(f"{args.rounds} round(s): fewer than 4 processes a side never make a "
+                      "change significant (--rounds 4 or more)", highlight=False)
     console.print(f"B vs A: {counts['faster']} faster, {counts['slower']} slower, "
                   f"{counts['same']} same ({args.rounds} rounds; {files['a']}, {files['b']})",
                   highlight=False)
