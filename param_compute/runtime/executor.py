@@ -21,6 +21,7 @@ from param_compute.runtime.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
+from param_compute.runtime.device_samples import finish_measure, watch_clocks
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
@@ -38,7 +39,6 @@ log = logging.getLogger("param_compute")
 #: Continuous mode with --min-time: blocks of about this many ms, 10 to 100 of them.
 CONTINUOUS_BLOCK_MS = 10.0
 MAX_CONTINUOUS_BLOCKS = 100
-
 
 #: An error message longer than this is cut (a 50 MB message would be stored and logged).
 MAX_MESSAGE_CHARS = 4000
@@ -99,9 +99,7 @@ class _BuiltOperator:
                 self.op.cleanup()
             except Exception:  # cleanup must never hide results already measured
                 log.warning("cleanup of %s failed", self.key, exc_info=True)
-        self.op = None
-        self.failure = None
-        self.key = None
+        self.op = self.failure = self.key = None
 
 
 def _target(op_spec, run: PlannedRun) -> Optional[Dict[str, Any]]:
@@ -113,8 +111,7 @@ def _target(op_spec, run: PlannedRun) -> Optional[Dict[str, Any]]:
 
 class _PhaseError(Exception):
     def __init__(self, phase: str, cause: BaseException):
-        self.phase = phase
-        self.cause = cause
+        self.phase, self.cause = phase, cause
 
 
 class Executor:
@@ -126,6 +123,7 @@ class Executor:
         self.spec = context.spec
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
+        self.watch = watch_clocks(self.device)  # per-sample GPU clocks (NVML), None off CUDA
         self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.flop_counter = FlopCounter() if options.throughput else None
@@ -300,6 +298,7 @@ class Executor:
                 result.extra[f"{phase}.gpu.memory"] = [peak]
             if phase == "measure":
                 result.iterations = calls
+        finish_measure(result, self.watch, options, device.clock, fn, prepare)  # CUDA only
         return result
 
     def _warm_for_time(self, fn, prepare, times: List[float], count: int,

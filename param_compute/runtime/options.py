@@ -151,12 +151,19 @@ class RunOptions:
         help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, 512MiB) without "
              "allocating; 'auto' (default): half the memory available at start; 'none': no "
              "limit")
-    #: Measure the whole plan this many times, each in a fresh process and a seeded random
-    #: order (``runtime.repetitions``).
+    #: The whole plan measured N times, fresh process and seeded order each (runtime.repetitions).
     repetitions: int = flag(
         "--repetitions", default=1, type=int, metavar="N",
         help="measure the whole plan N times, each in a fresh process and a random order "
              "(seeded by --seed); stats give the median of repetition medians")
+    #: "wall": the device's clock; "kernel" (CUDA): kernel time beside it (runtime.kernel_time).
+    timer: str = flag("--timer", default="wall", choices=["wall", "kernel"],
+                      help="wall: the device's clock (host clock, CUDA events); kernel (CUDA): "
+                           "also the summed kernel time per call, via torch.profiler")
+    discard_throttled: bool = flag(
+        "--discard-throttled", default=False, action="store_true",
+        help="CUDA with NVML: drop samples taken while the GPU throttled (the record says "
+             "how many)")
     #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
     isolate: bool = flag("--isolate", default=False, action="store_true",
                          help="run configs in a worker subprocess (reused while healthy): a "
@@ -222,6 +229,9 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 0, got {self.iteration}")
         if self.iteration == 0 and self.min_time > 0:
             raise OptionsError("--min-time extends a measurement: it needs --iteration >= 1")
+        if self.timer not in ("wall", "kernel") or (
+                self.timer == "kernel" and not self.device.startswith("cuda")):
+            raise OptionsError(f"--timer {self.timer}: wall, or kernel on a CUDA device")
         if self.repetitions < 1:
             raise OptionsError(f"--repetitions must be >= 1, got {self.repetitions}")
         if self.repetitions > 1 and (self.profile or self.execution_trace):
