@@ -195,8 +195,10 @@ def run_ab(args: argparse.Namespace, console) -> int:
     counts = {v: sum(1 for r in report.rows if r.result.verdict == v)
               for v in ("faster", "slower", "same")}
     if args.rounds < 4:
-        console.print(f"{args.rounds} round(s): fewer than 4 processes a side never make a "
-                      "change significant (--rounds 4 or more)", highlight=False)
+        console.print("1 round: the calls rest on one process a side, blind to the variance "
+                      "between processes" if args.rounds == 1 else
+                      f"{args.rounds} rounds: fewer than 4 processes a side never make a change "
+                      "significant", highlight=False)
     console.print(f"B vs A: {counts['faster']} faster, {counts['slower']} slower, "
                   f"{counts['same']} same ({args.rounds} rounds; {files['a']}, {files['b']})",
                   highlight=False)
