@@ -16,6 +16,7 @@ from param_compute.runtime.flags import flag
 from param_compute.runtime.timing import ExecMode
 
 
+TIMERS = ("wall", "kernel")  # --timer: the device's clock; or CUDA kernel time beside it
 #: ``--num-threads`` may oversubscribe the CPUs this process can use up to this factor.
 THREADS_PER_CPU = 4
 
@@ -82,14 +83,13 @@ class RunOptions:
     stop_id: Optional[str] = flag(
         "-s", "--stop-id", "--stop_id", default=None,
         help="stop at this op_name|id: it and everything after are skipped")
-    #: Run filters (``plan.filters``): operator-name globs, ``-k`` expressions, input ids.
-    only: Tuple[str, ...] = flag(
+    only: Tuple[str, ...] = flag(  # the run filters (plan.filters): --only, -k, --input-id
         "--only", default=(), parse=_texts, action="append", metavar="GLOB",
         help="run only operators whose name matches GLOB (torch.mm, torch.nn.*; repeatable)")
     keywords: Tuple[str, ...] = flag(
         "-k", default=(), parse=_texts, action="append", metavar="EXPR",
-        help="run only runs whose op name, id or config (shapes, dtypes: 512x512, bf16) "
-             "contains EXPR, or matches it as a glob (repeatable: all must match)")
+        help="run only runs whose op, id or config (512x512, bf16) contains EXPR or matches "
+             "it as a glob (repeatable: all must match)")
     input_ids: Tuple[str, ...] = flag(
         "--input-id", default=(), parse=_texts, action="append", metavar="ID",
         help="run only this input id (1, 0_3), run id (0|0|1) or key (op|0|0|1) (repeatable)")
@@ -157,7 +157,7 @@ class RunOptions:
         help="measure the whole plan N times, each in a fresh process and a random order "
              "(seeded by --seed); stats give the median of repetition medians")
     #: "wall": the device's clock; "kernel" (CUDA): kernel time beside it (runtime.kernel_time).
-    timer: str = flag("--timer", default="wall", choices=["wall", "kernel"],
+    timer: str = flag("--timer", default="wall", choices=TIMERS,
                       help="wall: the device's clock (host clock, CUDA events); kernel (CUDA): "
                            "also the summed kernel time per call, via torch.profiler")
     discard_throttled: bool = flag(
@@ -229,9 +229,9 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 0, got {self.iteration}")
         if self.iteration == 0 and self.min_time > 0:
             raise OptionsError("--min-time extends a measurement: it needs --iteration >= 1")
-        if self.timer not in ("wall", "kernel") or (
-                self.timer == "kernel" and not self.device.startswith("cuda")):
-            raise OptionsError(f"--timer {self.timer}: wall, or kernel on a CUDA device")
+        if self.timer not in TIMERS or (self.timer == "kernel" and self.device == "cpu"):
+            raise OptionsError(f"--timer {self.timer}: one of {', '.join(TIMERS)}; kernel on "
+                               "a CUDA device")
         if self.repetitions < 1:
             raise OptionsError(f"--repetitions must be >= 1, got {self.repetitions}")
         if self.repetitions > 1 and (self.profile or self.execution_trace):
