@@ -4,12 +4,14 @@ order; one record per run with the median of repetition medians and their interv
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 
 import pytest
 
 from conftest import EXAMPLES, run_cli
 from param_compute.plan.runplan import PlannedRun
+from param_compute.process.signals import GUARD, Interrupted
 from param_compute.results.file import read_results
 from param_compute.results.records import STATUS_ERROR, PassResult, RunError, RunRecord
 from param_compute.results.stats import across_repetitions, summarize
@@ -115,3 +117,59 @@ def test_bad_repetitions_are_refused(tmp_path):
     assert result.returncode == 2
     assert "--repetitions must be >= 1, got 0" in result.stderr
     assert not os.path.exists(tmp_path / "r.json")
+
+
+class _StoppedExecutor(_FakeExecutor):
+    """The second repetition's process is stopped by SIGTERM at its third run."""
+
+    def execute(self, run):
+        if len(_FakeExecutor.made) == 2 and len(self.order) == 2:
+            raise Interrupted(signal.SIGTERM)
+        return super().execute(run)
+
+
+def test_an_interrupt_writes_the_runs_measured_so_far_then_stops():
+    _FakeExecutor.made = []
+    runs = _runs(4)
+    repeated = RepeatedExecutor(_StoppedExecutor, runs, 3, seed=0)
+    try:
+        records = [repeated.execute(run) for run in runs]  # every run was measured once
+        assert all(made.closed for made in _FakeExecutor.made)
+        assert len(_FakeExecutor.made) == 2  # the third repetition never started
+        counts = [len(r.repetition_medians["forward"]) for r in records]
+        assert sorted(counts) == [1, 1, 2, 2]  # 2 runs reached in repetition 2
+        with pytest.raises(Interrupted) as stopped:  # after the last record's line
+            with GUARD.critical():
+                pass
+        assert stopped.value.signum == signal.SIGTERM
+    finally:
+        GUARD.stopping = False
+
+
+def test_an_interrupt_before_a_run_was_ever_measured_stops_at_it():
+    _FakeExecutor.made = []
+
+    class StoppedFirst(_FakeExecutor):
+        def execute(self, run):
+            if len(self.order) == 2:
+                raise KeyboardInterrupt
+            return super().execute(run)
+
+    runs = _runs(4)
+    repeated = RepeatedExecutor(StoppedFirst, runs, 3, seed=0)
+    measured = {r.key for r in repetition_order(runs, 0, 0)[:2]}  # before the Ctrl-C
+    outcomes = []
+    for run in runs:
+        try:
+            outcomes.append(repeated.execute(run).id)
+        except KeyboardInterrupt:
+            outcomes.append("stop")
+            break
+    first_unmeasured = next(i for i, r in enumerate(runs) if r.key not in measured)
+    # the runs before it were written; the stop comes at the first run never measured
+    assert outcomes[-1] == "stop" and len(outcomes) == first_unmeasured + 1
+
+
+def test_one_repetition_keeps_the_sample_s_own_interval():
+    pooled = summarize([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    assert across_repetitions(pooled, [4.0]) == dict(pooled, repetition_medians=[4.0])

@@ -105,7 +105,10 @@ def across_repetitions(stats: Dict[str, Any], medians: Sequence[float]) -> Dict[
     """``stats`` of every repetition's samples pooled, with the median and its interval taken
     across repetitions instead: ``median`` is the median of ``medians`` (one per repetition,
     listed as ``repetition_medians``) and ``ci_low``/``ci_high`` its distribution-free
-    interval over them (the whole range below 6 repetitions)."""
+    interval over them (the whole range below 6 repetitions). One repetition (the others
+    interrupted) leaves the sample's own median and interval."""
+    if len(medians) < 2:
+        return dict(stats, repetition_medians=list(medians))
     ordered = sorted(medians)
     median = quantile(ordered, 0.5)
     ci_low, ci_high = median_ci(ordered)

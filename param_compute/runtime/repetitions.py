@@ -13,7 +13,8 @@ repetition, the same for the same ``--seed``. Each repetition gets a fresh worke
 pass the median of each repetition (``RunRecord.repetition_medians``), from which
 ``stats.<pass>`` reports the median of repetition medians and its interval across repetitions
 (``results.stats.across_repetitions``). A run that failed in any repetition is that failure's
-record, its message saying which repetition.
+record, its message saying which repetition. A run interrupted by a signal first writes the
+runs measured so far (records of the repetitions that reached them), then stops as asked.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from typing import Callable, Dict, List, Sequence
+import signal
+from typing import Callable, Dict, List, Optional, Sequence
 
 from param_compute.plan.runkey import join_fields
 from param_compute.plan.runplan import PlannedRun
+from param_compute.process.signals import GUARD, Interrupted
 from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.results.stats import quantile
 
@@ -88,6 +91,8 @@ class RepeatedExecutor:
         self.seed = seed
         self.records: Dict[str, List[RunRecord]] = {}
         self.orders: List[List[str]] = []
+        self.stop: Optional[BaseException] = None  # the signal that ended the measuring
+        self._last: Optional[str] = None
 
     def measure(self) -> None:
         for repetition in range(self.count):
@@ -99,13 +104,32 @@ class RepeatedExecutor:
             try:
                 for run in order:
                     self.records.setdefault(run.key, []).append(executor.execute(run))
+            except (KeyboardInterrupt, Interrupted) as stop:
+                self.stop = stop
+                log.warning("interrupted in repetition %d of %d: the runs measured so far are "
+                            "written first", repetition + 1, self.count)
+                return
             finally:
                 executor.close()
 
     def execute(self, run: PlannedRun) -> RunRecord:
+        """The run's combined record. After an interrupt, the runs measured at least once are
+        handed out (in plan order, up to the first one never measured) and the signal is
+        raised once the last one's results line is written (``GUARD.raise_after_line``)."""
         if not self.orders:
             self.measure()
-        return combine(self.records[run.key])
+        records = self.records.get(run.key)
+        if not records:
+            raise self.stop if self.stop is not None else KeyError(run.key)
+        if self.stop is not None and run.key == self._last_measured():
+            GUARD.raise_after_line(getattr(self.stop, "signum", signal.SIGINT))
+        return combine(records)
+
+    def _last_measured(self) -> str:
+        if self._last is None:
+            measured = [run.key for run in self.runs if run.key in self.records]
+            self._last = measured[-1] if measured else ""
+        return self._last
 
     def close(self) -> None:
         """Nothing held between repetitions: each one's process is closed when it ends."""
