@@ -216,7 +216,7 @@ def test_timer_kernel_needs_a_cuda_device(tmp_path):
     result = run_cli("-c", EXAMPLES / "simple_add.json", "--timer", "kernel", "--output",
                      tmp_path / "r.json")
     assert result.returncode == 2
-    assert "--timer kernel: one of wall, kernel; kernel on a CUDA device" in result.stderr
+    assert "--timer kernel times CUDA kernels: use -d cuda" in result.stderr
 
 
 def test_reading_throttled_ignores_idle_and_application_clocks():

@@ -173,3 +173,20 @@ def test_an_interrupt_before_a_run_was_ever_measured_stops_at_it():
 def test_one_repetition_keeps_the_sample_s_own_interval():
     pooled = summarize([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
     assert across_repetitions(pooled, [4.0]) == dict(pooled, repetition_medians=[4.0])
+
+
+def test_combine_counts_every_sample_and_pools_the_facts_of_thinned_repetitions():
+    def record(times, descheduled, switches, drift):
+        one = PassResult("forward", [], list(times),
+                         facts={"descheduled": descheduled, "involuntary_switches": switches,
+                                "stop_reason": "min_time"})
+        one.keep_at_most(10)
+        return RunRecord("torch.add", "0|0|0", {}, passes=[one], canary_drift=drift)
+
+    combined = combine([record([1.0] * 100, 0.1, 3, None), record([2.0] * 50, 0.4, 5, 0.3)])
+    stats = combined.to_json()["stats"]["forward"]
+    assert stats["n"] == 150 and stats["kept"] == 20  # 100 + 50 measured, 10 + 10 kept
+    assert stats["repetition_medians"] == [1.0, 2.0]
+    assert stats["descheduled"] == 0.4 and stats["involuntary_switches"] == 8
+    assert stats["stop_reason"] == "min_time"
+    assert combined.canary_drift == 0.3 and combined.to_json()["disturbed"] is True

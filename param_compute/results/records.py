@@ -12,9 +12,10 @@ record has a ``metric`` dict, and the header carries PARAM's keys (``add_param_h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-from param_compute.results.stats import across_repetitions, is_noisy, summarize
+from param_compute.results.stats import (across_repetitions, is_disturbed, is_noisy, summarize,
+                                         thin)
 from param_compute.results.targets import evaluate_target
 from param_compute.results.utilization import utilization
 
@@ -32,6 +33,11 @@ class PassResult:
     continuous mode each ``measure.time`` value is the mean of a block of calls). ``flops`` and
     ``bytes`` are the work of one call, when counted; ``peaks`` the machine's peaks for the
     pass's dtype (``flops_per_s``, ``bytes_per_s``), when calibrated.
+
+    ``facts`` are what the measurement knows beyond the times, merged into the pass's stats:
+    ``descheduled``, ``involuntary_switches``, ``discarded``, ``stop_reason``, ``peak_bytes``.
+    ``summary`` holds the statistics of every sample once the raw times were thinned
+    (:meth:`keep_at_most`); otherwise they are computed from ``measure_ms``.
     """
 
     name: str
@@ -42,6 +48,26 @@ class PassResult:
     flops: Optional[int] = None
     bytes: Optional[int] = None
     peaks: Optional[Dict[str, Any]] = None
+    facts: Dict[str, Any] = field(default_factory=dict)
+    summary: Optional[Dict[str, Any]] = None
+
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """Statistics of the measured times (all of them, thinned or not) with the facts."""
+        summary = self.summary if self.summary is not None else summarize(self.measure_ms)
+        return {**summary, **self.facts} if summary is not None else None
+
+    def keep_at_most(self, keep: int, parallel: Sequence[str] = ()) -> None:
+        """Thin ``measure_ms`` (and the ``extra`` lists named in ``parallel``, one value per
+        sample) to ``keep`` evenly spread values, the statistics computed from all first;
+        ``stats.kept`` then says how many values the record holds (``n``: how many there were)."""
+        if len(self.measure_ms) <= keep:
+            return
+        self.summary = summarize(self.measure_ms)
+        self.facts["kept"] = min(keep, len(self.measure_ms))
+        self.measure_ms = thin(self.measure_ms, keep)
+        for name in parallel:
+            if name in self.extra:
+                self.extra[name] = thin(self.extra[name], keep)
 
     def metric(self) -> Dict[str, List[float]]:
         """PARAM's metric dict: every value a list of numbers (counts too)."""
@@ -93,12 +119,21 @@ class RunRecord:
     #: ``--repetitions``: per pass, the median of each repetition (``runtime.repetitions``).
     repetition_medians: Optional[Dict[str, List[float]]] = None
 
-    def stats(self) -> Dict[str, Optional[Dict[str, float]]]:
-        out = {p.name: summarize(p.measure_ms) for p in self.passes}
+    #: How far the canary's time drifted from its own baseline around this run (a fraction:
+    #: 0.4 is 40% slower), when beyond its noise band (``runtime.canary``).
+    canary_drift: Optional[float] = None
+
+    def stats(self) -> Dict[str, Optional[Dict[str, Any]]]:
+        out = {p.name: p.stats() for p in self.passes}
         for name, medians in (self.repetition_medians or {}).items():
             if out.get(name) and medians:
                 out[name] = across_repetitions(out[name], medians)
         return out
+
+    def disturbed(self) -> bool:
+        """Whether a pass waited for a core too often or the canary drifted around the run."""
+        return self.canary_drift is not None or any(
+            is_disturbed(p.facts) for p in self.passes)
 
     @property
     def count(self) -> Optional[int]:
@@ -146,6 +181,10 @@ class RunRecord:
             noisy = [name for name, s in stats.items() if is_noisy(s)]
             if noisy:
                 out["noisy"] = noisy
+            if self.disturbed():
+                out["disturbed"] = True
+            if self.canary_drift is not None:
+                out["canary_drift"] = self.canary_drift
             if self.target is not None:
                 out["target"] = evaluate_target(self.target, stats, throughput)
         else:

@@ -32,7 +32,8 @@ def spec_digest(path: Path) -> str:
 #: Run options that change what a record measures: a resumed file must keep them all.
 MEASURING_KEYS = ("device", "warmup", "iteration", "backward", "exec_mode", "num_threads",
                   "seed", "min_time", "max_iteration", "warmup_time", "verify", "cuda_l2_cache",
-                  "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace")
+                  "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace",
+                  "timer", "max_noise", "discard_disturbed")
 
 
 #: Machine facts (``sys_info``) a resumed file must keep: its runs would not be comparable.

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from param_compute.results.fields import pass_samples, run_of
 from param_compute.results.file import read_results, write_results
-from param_compute.results.stats import across_repetitions, is_noisy, summarize
+from param_compute.results.stats import (across_repetitions, is_noisy, pooled_facts,
+                                         summarize)
 from param_compute.results.targets import evaluate_target
 
 #: Throughput fields proportional to the rate (they scale with 1 / median).
@@ -52,6 +53,20 @@ def _joined_metric(records: Sequence[Dict[str, Any]], name: str) -> Dict[str, An
     return out
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _round_stats(record: Dict[str, Any], name: str) -> Dict[str, Any]:
+    """A round's stats of a pass (its median from all its samples, however many it kept);
+    computed from its samples where the record has none."""
+    stats = (record.get("stats") or {}).get(name) if isinstance(record.get("stats"), dict) \
+        else None
+    if isinstance(stats, dict) and _number(stats.get("median")):
+        return stats
+    return summarize(pass_samples(record, name)) or {}
+
+
 def _scaled(throughput: Dict[str, Any], old: Any, new: float) -> Dict[str, Any]:
     out = dict(throughput)
     if isinstance(old, (int, float)) and old > 0 and new > 0:
@@ -76,10 +91,15 @@ def join_records(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     throughput = out.get("throughput") or {}
     for name in names:
         out["metric"][name] = _joined_metric(records, name)
-        medians = [summarize(pass_samples(r, name)) for r in records]
-        medians = [s["median"] for s in medians if s]
+        each = [_round_stats(r, name) for r in records]
+        each = [s for s in each if s]
         pooled = summarize(pass_samples(out, name))
-        stats[name] = across_repetitions(pooled, medians) if pooled and medians else pooled
+        if pooled and each:
+            if any("kept" in s for s in each):  # a round thinned its samples: n counts all
+                pooled["n"], pooled["kept"] = sum(s.get("n", 0) for s in each), pooled["n"]
+            pooled.update(pooled_facts(each))
+            pooled = across_repetitions(pooled, [s["median"] for s in each])
+        stats[name] = pooled
         if isinstance(throughput.get(name), dict) and stats[name]:
             old = ((records[0].get("stats") or {}).get(name) or {}).get("median")
             throughput[name] = _scaled(throughput[name], old, stats[name]["median"])
@@ -88,6 +108,11 @@ def join_records(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     out.pop("noisy", None)
     if noisy:
         out["noisy"] = noisy
+    if any(r.get("disturbed") for r in records):
+        out["disturbed"] = True
+    drifts = [r["canary_drift"] for r in records if _number(r.get("canary_drift"))]
+    if drifts:
+        out["canary_drift"] = max(drifts, key=abs)
     target = out.get("target")
     if isinstance(target, dict) and "metric" in target and "value" in target:
         out["target"] = evaluate_target(target, stats, throughput)

@@ -4,17 +4,27 @@ A sample is ``noisy`` when the 95% confidence interval of its median, from order
 (distribution-free), is wider than ``NOISY_CI_WIDTH`` of the median: a few outliers leave a
 tight median tight, however they move the mean or the coefficient of variation. Below
 ``MIN_TRUSTED_N`` values no interval is worth much, and the summary says so.
+
+A sample is *descheduled* when its wall time exceeds the calling thread's CPU time by more than
+``DESCHEDULED_SLACK``: the thread waited for a core. A pass with more than
+``DISTURBED_FRACTION`` of its samples descheduled (``descheduled`` in its stats) is
+``disturbed``. Raw timings are thinned to at most ``--keep-samples`` evenly spread values
+(:func:`thin`) after the statistics are computed from all of them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: A pass whose median's 95% interval is wider than this fraction of the median is ``noisy``.
 NOISY_CI_WIDTH = 0.10
 #: Fewer measured values than this are too few to trust (the interval is the whole range).
 MIN_TRUSTED_N = 5
+#: A sample whose wall time exceeds its thread CPU time by more than this fraction was descheduled.
+DESCHEDULED_SLACK = 0.10
+#: A pass with more than this fraction of its samples descheduled is ``disturbed``.
+DISTURBED_FRACTION = 0.25
 CONFIDENCE = 0.95
 _Z95 = 1.959963984540054
 _EXACT_UP_TO = 400
@@ -60,6 +70,30 @@ def is_noisy(stats: Optional[Dict[str, Any]]) -> bool:
     if width is None:  # stats written before the interval existed: judge by the spread
         return stats.get("cv", 0.0) > NOISY_CI_WIDTH
     return width > NOISY_CI_WIDTH
+
+
+def is_disturbed(stats: Optional[Dict[str, Any]]) -> bool:
+    """Whether a pass's stats say too many of its samples waited for a core."""
+    fraction = (stats or {}).get("descheduled")
+    return isinstance(fraction, (int, float)) and fraction > DISTURBED_FRACTION
+
+
+def descheduled(wall_ms: Sequence[float], cpu_ms: Sequence[float]) -> List[bool]:
+    """Per sample, whether its wall time exceeds its CPU time by more than the slack."""
+    limit = 1.0 + DESCHEDULED_SLACK
+    return [wall > cpu * limit for wall, cpu in zip(wall_ms, cpu_ms)]
+
+
+def thin(values: Sequence[Any], keep: int) -> List[Any]:
+    """At most ``keep`` of ``values``, evenly spread over them (first and last kept)."""
+    n = len(values)
+    if keep <= 0:
+        return []
+    if n <= keep:
+        return list(values)
+    if keep == 1:
+        return [values[0]]
+    return [values[(i * (n - 1)) // (keep - 1)] for i in range(keep)]
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -115,3 +149,29 @@ def across_repetitions(stats: Dict[str, Any], medians: Sequence[float]) -> Dict[
     return dict(stats, median=median, ci_low=ci_low, ci_high=ci_high,
                 ci_rel_width=(ci_high - ci_low) / median if median > 0 else 0.0,
                 repetition_medians=list(medians))
+
+
+#: Facts of several processes' measurements of one pass that add up, and those where the worst
+#: counts; any other fact is the first process's.
+_SUMMED_FACTS = ("involuntary_switches", "discarded")
+_WORST_FACTS = ("descheduled", "peak_bytes")
+#: What ``summarize`` and ``across_repetitions`` compute (the rest of a pass's stats are facts).
+SUMMARY_KEYS = frozenset({"n", "mean", "median", "min", "max", "stdev", "p10", "p90", "iqr", "cv",
+                          "ci_low", "ci_high", "ci_rel_width", "repetition_medians", "kept"})
+
+
+def pooled_facts(each: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The facts of several processes' measurements of one pass as one (``--repetitions``,
+    ``ab``): counts summed, the descheduled fraction and peak bytes at their worst."""
+    out: Dict[str, Any] = {}
+    for facts in each:
+        for key, value in facts.items():
+            if key in SUMMARY_KEYS:
+                continue
+            if key not in out:
+                out[key] = value
+            elif key in _SUMMED_FACTS and isinstance(value, (int, float)):
+                out[key] += value
+            elif key in _WORST_FACTS and isinstance(value, (int, float)):
+                out[key] = max(out[key], value)
+    return out

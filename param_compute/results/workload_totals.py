@@ -23,7 +23,6 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from param_compute.results.fields import record_stats
 from param_compute.results.records import STATUS_OK, RunRecord
-from param_compute.results.stats import summarize
 
 #: The pass whose median a captured config's count multiplies (captured ops replay forward).
 WORKLOAD_PASS = "forward"
@@ -227,6 +226,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _median(record: RunRecord) -> Optional[float]:
     for measured in record.passes:
         if measured.name == WORKLOAD_PASS:
-            stats = summarize(measured.measure_ms)
+            stats = measured.stats()  # of every sample, however many the record keeps
             return stats["median"] if stats else None
     return None

@@ -2,7 +2,8 @@
 
 Only this module knows CUDA specifics (events, L2 size, caching allocator, graphs); the timing
 loop and the engine see a ``Device`` with a ``clock`` (``stamp``/``elapsed_ms``/``barrier``/
-``synchronize``, optionally ``host_elapsed_ms``) and ``reset_peak_memory``/``peak_memory_mb``.
+``synchronize``, optionally ``host_elapsed_ms``) and ``reset_peak_memory``/``peak_memory_mb``/
+``peak_bytes`` (on the host: the resident memory's growth, ``runtime.host_memory``).
 Tests substitute fakes for these members to exercise the CUDA paths on a CPU-only machine.
 """
 
@@ -13,6 +14,7 @@ import time
 from typing import Any, Callable, Optional
 
 from param_compute.errors import OptionsError
+from param_compute.runtime.host_memory import RssWindow
 from param_compute.runtime.timing import HostClock
 
 
@@ -126,12 +128,19 @@ class Device:
     def __init__(self, name: str, clock: Any):
         self.name = name
         self.clock = clock
+        self._rss = RssWindow()
 
     def reset_peak_memory(self) -> None:
-        """Start a new peak-memory window (no-op where the device has no allocator stats)."""
+        """Start a new peak-memory window (on the host: of the process's resident memory)."""
+        self._rss.start()
 
     def peak_memory_mb(self) -> Optional[float]:
+        """The allocator's peak in the window (MB; None where the device has no allocator)."""
         return None
+
+    def peak_bytes(self) -> Optional[int]:
+        """Bytes taken above what was held when the window began, at the window's peak."""
+        return self._rss.peak_bytes()
 
     def release_cached_memory(self) -> None:
         """Return cached allocator blocks to the device (only where there is a cache)."""
@@ -153,9 +162,15 @@ class CudaDevice(Device):
 
     def reset_peak_memory(self) -> None:
         self._torch.cuda.reset_peak_memory_stats(self.clock.device)
+        self._allocated = self._torch.cuda.memory_allocated(self.clock.device)
 
     def peak_memory_mb(self) -> Optional[float]:
         return self._torch.cuda.max_memory_allocated(self.clock.device) / 2**20
+
+    def peak_bytes(self) -> Optional[int]:
+        """The caching allocator's peak in the window above what was allocated at its start."""
+        peak = self._torch.cuda.max_memory_allocated(self.clock.device)
+        return max(0, peak - getattr(self, "_allocated", 0))
 
     def release_cached_memory(self) -> None:
         self._torch.cuda.empty_cache()

@@ -9,19 +9,17 @@ before it, and the run goes on.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from param_compute.runtime.ranges import (Annotator, iteration_range_name, iteration_ranges,
-                                            phase_range_name, run_range_name)
+from param_compute.runtime.ranges import Annotator, run_range_name
 from param_compute.runtime.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
-from param_compute.runtime.device_samples import finish_measure, watch_clocks
+from param_compute.runtime.device_samples import watch_clocks
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
@@ -30,15 +28,11 @@ from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weigh
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
-from param_compute.runtime.timing import (CONTINUOUS_BLOCKS, ExecMode, spent_ms, time_calls,
-                                          warm_up)
+from param_compute.runtime.canary import Canary
+from param_compute.runtime.measure import PassMeasurer
 from param_compute.runtime.calibrate import main_dtype, peaks_for_run
 
 log = logging.getLogger("param_compute")
-
-#: Continuous mode with --min-time: blocks of about this many ms, 10 to 100 of them.
-CONTINUOUS_BLOCK_MS = 10.0
-MAX_CONTINUOUS_BLOCKS = 100
 
 #: An error message longer than this is cut (a 50 MB message would be stored and logged).
 MAX_MESSAGE_CHARS = 4000
@@ -126,6 +120,8 @@ class Executor:
         self.watch = watch_clocks(self.device)  # per-sample GPU clocks (NVML), None off CUDA
         self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
+        self.measurer = PassMeasurer(options, self.device, self.annotator, self.watch)
+        self.canary = Canary() if options.canary and not options.nvtx_iterations else None
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
                       if options.throughput else None)
@@ -146,6 +142,15 @@ class Executor:
         return self.generators[name]
 
     def execute(self, run: PlannedRun) -> RunRecord:
+        """Measure one run, the canary read around it (``runtime.canary``) unless turned off."""
+        if self.canary is None:
+            return self._execute(run)
+        started = self.canary.before()
+        record = self._execute(run)
+        record.canary_drift = self.canary.after(started)
+        return record
+
+    def _execute(self, run: PlannedRun) -> RunRecord:
         """Measure one run; a failure becomes an error record keeping any pass already measured."""
         op_spec = self.spec.operators[run.op_index]
         passes: List[PassResult] = []
@@ -271,92 +276,6 @@ class Executor:
         op.drop_outputs()
         return verdict
 
-    def _timed_phases(self, run: PlannedRun, pass_name: str, fn: Callable[[], Any],
-                      prepare: Optional[Callable[[], Any]]) -> PassResult:
-        """Warm-up then measurement of one pass, each in its own profiler range."""
-        options, device, mode = self.options, self.device, self.options.exec_mode
-        result = PassResult(pass_name, [], [])
-        measured = fn
-        if options.nvtx_iterations:  # the profiler child: one NVTX range per measured call
-            measured = iteration_ranges(fn, iteration_range_name(run.op_name, run.id, pass_name))
-        for phase, count in (("warmup", options.warmup), ("measure", options.iteration)):
-            host: List[float] = []
-            with self.annotator.range(phase_range_name(run.op_name, run.id, phase, pass_name)):
-                device.reset_peak_memory()
-                times = time_calls(measured if phase == "measure" else fn, count, device.clock,
-                                   mode, prepare, host)
-                calls = count
-                if phase == "measure" and options.min_time > 0:
-                    calls = self._extend_to_min_time(measured, prepare, times, host, calls)
-                elif phase == "warmup" and options.warmup_time > 0:
-                    self._warm_for_time(fn, prepare, times, count, result)
-                peak = device.peak_memory_mb()
-            setattr(result, f"{phase}_ms", times)
-            if host:
-                result.extra[f"{phase}.host_time"] = host
-            if peak is not None:
-                result.extra[f"{phase}.gpu.memory"] = [peak]
-            if phase == "measure":
-                result.iterations = calls
-        finish_measure(result, self.watch, options, device.clock, fn, prepare)  # CUDA only
-        return result
-
-    def _warm_for_time(self, fn, prepare, times: List[float], count: int,
-                       result: PassResult) -> None:
-        """``--warmup-time``: after the ``-w`` calls, warm until that many seconds of calls have
-        run (with ``--min-time``, also until the per-block median settles)."""
-        options = self.options
-        warm = warm_up(fn, options.warmup_time, self.device.clock, options.exec_mode, prepare,
-                       settle=options.min_time > 0,
-                       spent_before_ms=spent_ms(times, count, options.exec_mode))
-        result.extra["warmup.extra_iterations"] = [warm.calls]
-        result.extra["warmup.total_time"] = [warm.spent_ms]
-        result.extra["warmup.block_median"] = warm.block_medians
-
-    def _extend_to_min_time(self, fn, prepare, times: List[float], host: List[float],
-                            calls: int) -> int:
-        """Adaptive iterations: keep measuring, in doubling blocks, until the measured time
-        reaches ``--min-time`` or the calls reach ``--max-iteration``."""
-        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
-        target_ms = options.min_time * 1e3
-        spent = spent_ms(times, calls, mode)
-        if mode is ExecMode.CONTINUOUS and spent < target_ms:
-            return self._continuous_to_min_time(fn, prepare, times, host, spent / calls)
-        while spent < target_ms and calls < options.max_iteration:
-            block = min(calls, options.max_iteration - calls)
-            more = time_calls(fn, block, clock, mode, prepare, host)
-            times.extend(more)
-            spent += spent_ms(more, block, mode)
-            calls += block
-        return calls
-
-    def _continuous_to_min_time(self, fn, prepare, times: List[float], host: List[float],
-                                per_call_ms: float) -> int:
-        """Continuous mode with ``--min-time``: the ``-i`` calls only estimate the per-call time
-        (like torch.utils.benchmark's block-size estimation); then one back-to-back loop long
-        enough for ``--min-time`` (topped up if the estimate fell short), stamped in blocks of
-        about ``CONTINUOUS_BLOCK_MS``, replaces them: every value a mean of as many calls."""
-        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
-        target_ms = options.min_time * 1e3
-        blocks = max(CONTINUOUS_BLOCKS, min(MAX_CONTINUOUS_BLOCKS,
-                                            int(target_ms / CONTINUOUS_BLOCK_MS)))
-        total = min(options.max_iteration, max(1, math.ceil(target_ms / max(per_call_ms, 1e-6))))
-        block = max(1, total // blocks)
-        times.clear()
-        host.clear()
-        calls = spent = 0.0
-        while spent < target_ms and calls < options.max_iteration:
-            count = min(options.max_iteration - int(calls),
-                        max(block, math.ceil((target_ms - spent) / max(per_call_ms, 1e-6))))
-            parts = max(1, count // block)
-            more = time_calls(fn, count, clock, mode, prepare, host, blocks=parts)
-            times.extend(more)
-            took = spent_ms(more, count, mode, blocks=parts)
-            spent += took
-            calls += count
-            per_call_ms = took / count
-        return int(calls)
-
     def _forward(self, run: PlannedRun, fn: Callable[[], Any], setup: Dict[str, float], args,
                  kwargs) -> PassResult:
         work = None
@@ -366,7 +285,7 @@ class Executor:
                      if self.flop_counter.moved else 0)  # a view moves no data
             work = (flops, moved)
             del output
-        result = self._timed_phases(run, "forward", fn, None)
+        result = self.measurer.measure(run, "forward", fn, None)
         result.extra.update({k: [v] for k, v in setup.items()})
         if work is not None:
             result.flops, result.bytes = work
@@ -387,7 +306,7 @@ class Executor:
             flops, _ = self.flop_counter.count(op.backward)
             work = (flops, tensor_bytes(getattr(op, "_grad", None)) + gradient_bytes(args)
                     + gradient_bytes(kwargs) if self.flop_counter.moved else 0)
-        result = self._timed_phases(run, "backward", op.backward, prepare)
+        result = self.measurer.measure(run, "backward", op.backward, prepare)
         op.drop_outputs()  # the graph of the last forward is not kept past its run
         if work is not None:
             result.flops, result.bytes = work

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
+from param_compute.runtime.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
+from param_compute.runtime.option_values import typed_value
 from param_compute.runtime.timing import ExecMode
 
 
-TIMERS = ("wall", "kernel")  # --timer: the device's clock; or CUDA kernel time beside it
 #: ``--num-threads`` may oversubscribe the CPUs this process can use up to this factor.
 THREADS_PER_CPU = 4
 
@@ -110,6 +111,25 @@ class RunOptions:
         help="after the -w calls keep warming up until S seconds of calls have run (with "
              "--min-time also until the per-block median settles); recommended: "
              "--warmup-time 0.2 --min-time 0.5")
+    #: --max-noise/--max-time (``runtime.measure``); --timer (``runtime.clocks.TIMERS``).
+    max_noise: float = flag(
+        "--max-noise", default=0.0, type=float, metavar="PCT",
+        help="keep measuring until the median's 95%% interval is within ±PCT%% of it (at least "
+             "--min-time, at most --max-time/--max-iteration); stats say why it stopped")
+    max_time: float = flag("--max-time", default=10.0, type=float, metavar="S",
+                           help="upper bound of --max-noise's measuring, seconds (default 10)")
+    timer: str = flag("--timer", default="wall", choices=list(TIMERS),
+                      help="wall (default): the device's clock; cpu: the calling thread's CPU "
+                           "time (CPU, --num-threads 1): time spent descheduled not counted; "
+                           "kernel (CUDA): also the summed kernel time per call")
+    discard_disturbed: bool = flag(
+        "--discard-disturbed", default=False, action="store_true",
+        help="drop samples whose wall time exceeds their thread CPU time by over 10%%")
+    canary: bool = flag("--no-canary", default=True, action="store_false",
+                        help="no canary workload between configs (runtime.canary)")
+    keep_samples: int = flag("--keep-samples", default=2000, type=int, metavar="N",
+                             help="keep at most N raw times per pass, evenly spread (default "
+                                  "2000); the stats come from all")
     #: Check what was timed against eager ("eager") or a float64 eager run ("fp64").
     verify: Optional[str] = flag(
         "--verify", default=None, nargs="?", const="eager", choices=["eager", "fp64"],
@@ -156,10 +176,6 @@ class RunOptions:
         "--repetitions", default=1, type=int, metavar="N",
         help="measure the whole plan N times, each in a fresh process and a random order "
              "(seeded by --seed); stats give the median of repetition medians")
-    #: "wall": the device's clock; "kernel" (CUDA): kernel time beside it (runtime.kernel_time).
-    timer: str = flag("--timer", default="wall", choices=TIMERS,
-                      help="wall: the device's clock (host clock, CUDA events); kernel (CUDA): "
-                           "also the summed kernel time per call, via torch.profiler")
     discard_throttled: bool = flag(
         "--discard-throttled", default=False, action="store_true",
         help="CUDA with NVML: drop samples taken while the GPU throttled (the record says "
@@ -229,9 +245,6 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 0, got {self.iteration}")
         if self.iteration == 0 and self.min_time > 0:
             raise OptionsError("--min-time extends a measurement: it needs --iteration >= 1")
-        if self.timer not in TIMERS or (self.timer == "kernel" and self.device == "cpu"):
-            raise OptionsError(f"--timer {self.timer}: one of {', '.join(TIMERS)}; kernel on "
-                               "a CUDA device")
         if self.repetitions < 1:
             raise OptionsError(f"--repetitions must be >= 1, got {self.repetitions}")
         if self.repetitions > 1 and (self.profile or self.execution_trace):
@@ -247,6 +260,11 @@ class RunOptions:
             raise OptionsError(f"--min-time must be >= 0 seconds, got {self.min_time}")
         if self.warmup_time < 0:
             raise OptionsError(f"--warmup-time must be >= 0 seconds, got {self.warmup_time}")
+        why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
+            or measuring_refusal(
+            self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples)
+        if why is not None:
+            raise OptionsError(why)
         if self.verify not in (None, "eager", "fp64"):
             raise OptionsError(f"--verify must be eager or fp64, got {self.verify!r}")
         if self.max_iteration < self.iteration:
@@ -340,7 +358,7 @@ class RunOptions:
                 raise OptionsError(f"{where}.{key}: not a run option")
             if key == "cuda_l2_cache" and value in ("on", "off"):
                 value = value == "on"
-            given[key] = _typed(value, hints[key], f"{where}.{key}")
+            given[key] = typed_value(value, hints[key], f"{where}.{key}")
         try:
             return cls(**given)
         except ValueError as exc:  # an exec mode that is not one
@@ -366,35 +384,3 @@ def _param_enum(value: Any) -> Any:
 def _field_types() -> Dict[str, Any]:
     hints = typing.get_type_hints(RunOptions)
     return {f.name: hints[f.name] for f in fields(RunOptions)}
-
-
-def _typed(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against a field's type (ints accepted for floats, exec modes by name)."""
-    allowed = typing.get_args(hint) if typing.get_origin(hint) is Union else (hint,)
-    for kind in allowed:
-        if kind is type(None) and value is None:
-            return None
-        if kind is bool and isinstance(value, bool):
-            return value
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if kind is str and isinstance(value, str):
-            return value
-        if kind is ExecMode and value in {m.value for m in ExecMode}:
-            return ExecMode(value)
-        if typing.get_origin(kind) is tuple and isinstance(value, list) \
-                and all(isinstance(item, str) for item in value):
-            return tuple(value)
-    names = [("null" if k is type(None) else
-              "one of " + ", ".join(m.value for m in ExecMode) if k is ExecMode else
-              {bool: "true/false", int: "an integer", float: "a number",
-               str: "text"}.get(k, "a list of text" if typing.get_origin(k) is tuple
-                                else getattr(k, "__name__", str(k)))) for k in allowed]
-    return _fail(where, " or ".join(names), value)
-
-
-def _fail(where: str, expected: str, value: Any) -> Any:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    raise OptionsError(f"{where}: expected {expected}, got {shown}")

@@ -29,7 +29,7 @@ from param_compute.plan.runkey import join_fields
 from param_compute.plan.runplan import PlannedRun
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
-from param_compute.results.stats import quantile
+from param_compute.results.stats import pooled_facts, summarize
 
 log = logging.getLogger("param_compute")
 
@@ -41,21 +41,24 @@ def repetition_order(runs: Sequence[PlannedRun], seed: int, repetition: int) -> 
     return order
 
 
-def _median(values: Sequence[float]) -> float:
-    return quantile(sorted(values), 0.5)
-
-
 def _combined_pass(passes: Sequence[PassResult]) -> PassResult:
+    """The kept samples of every repetition end to end; ``n`` counts every sample measured
+    (``kept`` how many the record holds, where a repetition thinned its samples)."""
     first = passes[0]
     extra: Dict[str, List[float]] = {}
     for one in passes:
         for key, values in one.extra.items():
             extra.setdefault(key, []).extend(values)
     counts = [p.iterations for p in passes if p.iterations is not None]
+    times = [t for p in passes for t in p.measure_ms]
+    facts = pooled_facts([p.facts for p in passes])
+    summary = summarize(times)
+    if summary is not None and any(p.summary is not None for p in passes):
+        summary["n"] = sum((p.stats() or {}).get("n", 0) for p in passes)
+        facts["kept"] = len(times)
     return dataclasses.replace(
-        first, warmup_ms=[t for p in passes for t in p.warmup_ms],
-        measure_ms=[t for p in passes for t in p.measure_ms], extra=extra,
-        iterations=sum(counts) if counts else None)
+        first, warmup_ms=[t for p in passes for t in p.warmup_ms], measure_ms=times,
+        extra=extra, iterations=sum(counts) if counts else None, facts=facts, summary=summary)
 
 
 def combine(records: Sequence[RunRecord]) -> RunRecord:
@@ -71,11 +74,13 @@ def combine(records: Sequence[RunRecord]) -> RunRecord:
         each = [next(p for p in r.passes if p.name == name) for r in records
                 if any(p.name == name for p in r.passes)]
         passes.append(_combined_pass(each))
-        medians[name] = [_median(p.measure_ms) for p in each if p.measure_ms]
+        medians[name] = [p.stats()["median"] for p in each if p.measure_ms]  # of all samples
     verdicts = [r.verify for r in records if r.verify is not None]
     failed = [v for v in verdicts if v.get("status") not in (None, "PASS")]
+    drifts = [r.canary_drift for r in records if r.canary_drift is not None]
     return dataclasses.replace(records[0], passes=passes, repetition_medians=medians,
-                               verify=(failed or verdicts or [None])[0])
+                               verify=(failed or verdicts or [None])[0],
+                               canary_drift=max(drifts, key=abs) if drifts else None)
 
 
 class RepeatedExecutor:

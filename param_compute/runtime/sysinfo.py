@@ -6,7 +6,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 
 def sys_info(device: str, include_torch: bool = True,
@@ -22,6 +22,8 @@ def sys_info(device: str, include_torch: bool = True,
         "python_version": sys.version.split()[0],
         "param_compute_version": _version(),
         "device": device,
+        "load_average": load_average(),
+        "cpu_governor": cpu_governor(),
     }
     if not include_torch:  # a dry run: torch's version from its package, torch not imported
         from param_compute.operators.name_index import torch_version
@@ -46,6 +48,28 @@ def sys_info(device: str, include_torch: bool = True,
 
             info["gpu_clocks"] = clocks_header(index)  # and a warning when not locked
     return info
+
+
+def load_average() -> Optional[List[float]]:
+    """The 1, 5 and 15 minute load averages (None where the OS has none): a busy machine."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+GOVERNOR = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+
+
+def cpu_governor(path: str = GOVERNOR) -> Optional[str]:
+    """CPU 0's frequency governor (``performance``, ``powersave``...); None where there is none
+    (a virtual machine, no cpufreq): frequency changes then go unseen (the canary's job)."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text if text.isprintable() and text else None
 
 
 def _version() -> str:

@@ -16,7 +16,10 @@ has a sample for statistics and comparisons; ``continuous_events`` stamps every 
 to back and synchronizes once at the end.
 
 Per timed iteration the loop does the call and the clock, nothing else: outputs are dropped as
-soon as the call returns, and stamps go into a preallocated list. Python's cyclic garbage
+soon as the call returns, and stamps go into a preallocated list. Asked for (``cpu_out``, host
+clocks), it also reads the calling thread's CPU time (``thread_cpu_ns``) outside each pair of
+stamps, so that the wall time does not include that read: a sample whose wall time exceeds its
+CPU time was descheduled (``runtime.disturbance``). Python's cyclic garbage
 collector is paused for the loop (as ``timeit`` pauses it): a collection that a count of
 allocations happens to trigger mid-loop is the interpreter's time, not the op's.
 
@@ -38,6 +41,10 @@ class ExecMode(str, enum.Enum):
     DISCRETE = "discrete"
     CONTINUOUS = "continuous"
     CONTINUOUS_EVENTS = "continuous_events"
+
+
+#: The calling thread's CPU time (ns), read beside the clock when ``cpu_out`` is asked for.
+thread_cpu_ns = time.thread_time_ns
 
 
 class HostClock:
@@ -78,20 +85,22 @@ def spent_ms(times: List[float], count: int, mode: ExecMode,
 def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
                prepare: Optional[Callable[[], Any]] = None,
                host_out: Optional[List[float]] = None,
-               blocks: int = CONTINUOUS_BLOCKS) -> List[float]:
+               blocks: int = CONTINUOUS_BLOCKS,
+               cpu_out: Optional[List[float]] = None) -> List[float]:
     """Call ``fn`` ``count`` times; return per-iteration times in ms (in continuous mode, the
     mean per call of each block of ``block_sizes(count, blocks)``).
 
     ``prepare`` runs untimed before every iteration (once before the loop in continuous mode):
     the backward pass uses it to run the forward that each backward needs. When the clock also
-    reads the host clock (``host_elapsed_ms``, CUDA), ``host_out`` receives the host times.
+    reads the host clock (``host_elapsed_ms``, CUDA), ``host_out`` receives the host times;
+    ``cpu_out`` receives each sample's thread CPU time (ms), read outside the stamps.
     """
     if count <= 0:
         return []
     collecting = gc.isenabled()
     gc.disable()  # as timeit does: a collection due at some allocation is not the op's time
     try:
-        return _time_calls(fn, count, clock, mode, prepare, host_out, blocks)
+        return _time_calls(fn, count, clock, mode, prepare, host_out, blocks, cpu_out)
     finally:
         if collecting:
             gc.enable()
@@ -99,7 +108,7 @@ def time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
 
 def _time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
                 prepare: Optional[Callable[[], Any]], host_out: Optional[List[float]],
-                blocks: int) -> List[float]:
+                blocks: int, cpu_out: Optional[List[float]]) -> List[float]:
     reserve = getattr(clock, "reserve", None)
     stamp = clock.stamp
     if mode is ExecMode.CONTINUOUS:
@@ -110,11 +119,23 @@ def _time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
         if prepare is not None:
             prepare()
         clock.synchronize()
-        bounds[0] = stamp()
-        for block, size in enumerate(sizes, 1):
-            for _ in range(size):
-                fn()
-            bounds[block] = stamp()
+        if cpu_out is None:
+            bounds[0] = stamp()
+            for block, size in enumerate(sizes, 1):
+                for _ in range(size):
+                    fn()
+                bounds[block] = stamp()
+        else:
+            cpu = thread_cpu_ns
+            cpus = [0] * (len(sizes) + 1)
+            cpus[0] = cpu()
+            bounds[0] = stamp()
+            for block, size in enumerate(sizes, 1):
+                for _ in range(size):
+                    fn()
+                bounds[block] = stamp()
+                cpus[block] = cpu()
+            cpu_out.extend((cpus[b + 1] - cpus[b]) / 1e6 / size for b, size in enumerate(sizes))
         clock.synchronize()
         if host_out is not None and hasattr(clock, "host_elapsed_ms"):
             host_out.extend(clock.host_elapsed_ms(bounds[b], bounds[b + 1]) / size
@@ -124,14 +145,29 @@ def _time_calls(fn: Callable[[], Any], count: int, clock, mode: ExecMode,
         reserve(2 * count)
     barrier = clock.barrier if mode is ExecMode.DISCRETE else None
     marks: List[Any] = [None] * (2 * count)
-    for i in range(0, 2 * count, 2):
-        if prepare is not None:
-            prepare()
-        if barrier is not None:
-            barrier()
-        marks[i] = stamp()
-        fn()
-        marks[i + 1] = stamp()
+    if cpu_out is None:
+        for i in range(0, 2 * count, 2):
+            if prepare is not None:
+                prepare()
+            if barrier is not None:
+                barrier()
+            marks[i] = stamp()
+            fn()
+            marks[i + 1] = stamp()
+    else:
+        cpu = thread_cpu_ns
+        cpus = [0] * (2 * count)
+        for i in range(0, 2 * count, 2):
+            if prepare is not None:
+                prepare()
+            if barrier is not None:
+                barrier()
+            cpus[i] = cpu()
+            marks[i] = stamp()
+            fn()
+            marks[i + 1] = stamp()
+            cpus[i + 1] = cpu()
+        cpu_out.extend((cpus[i + 1] - cpus[i]) / 1e6 for i in range(0, 2 * count, 2))
     clock.synchronize()
     if host_out is not None and hasattr(clock, "host_elapsed_ms"):
         host = clock.host_elapsed_ms

@@ -31,8 +31,8 @@ def line_kind(value: Dict[str, Any]) -> str:
 _RECORD_TEXT = ("op_name", "id", "status")
 _RECORD_OBJECTS = ("config", "metric", "stats", "throughput", "error", "target", "verify",
                    "original_us")
-#: Text fields of a pass's ``throughput`` (every other one is a number or null).
-_THROUGHPUT_TEXT = ("bound",)
+#: Text fields of a pass's ``throughput`` / ``stats`` (every other one is a number or null).
+_TEXT_FIELDS = {"throughput": ("bound",), "stats": ("stop_reason",)}
 #: ``metric`` lists whose items the tools read as numbers.
 _NUMERIC_METRICS = ("measure.time", "measure.gpu.memory")
 #: ``stats`` fields that are lists of numbers (``--repetitions``: one median per repetition).
@@ -69,8 +69,7 @@ def _pass_problem(key: str, name: str, entry: Any) -> Optional[str]:
             if not (isinstance(item, list) and all(_is_number(v) for v in item)):
                 return f"{where}.{field_name} is not a list of numbers"
         elif not (item is None or _is_number(item)
-                  or (key == "throughput" and field_name in _THROUGHPUT_TEXT
-                      and isinstance(item, str))):
+                  or (field_name in _TEXT_FIELDS.get(key, ()) and isinstance(item, str))):
             return f"{where}.{field_name} is not a number"
     return None
 
@@ -99,6 +98,11 @@ def schema_problem(value: Dict[str, Any]) -> Optional[str]:
     count = value.get("count")
     if count is not None and not (type(count) is int and 0 <= count <= MAX_COUNT):  # noqa: E721
         return f"run record's count is not a whole number from 0 to {MAX_COUNT}"
+    if not isinstance(value.get("disturbed", False), bool):
+        return "run record's disturbed is not true/false"
+    drift = value.get("canary_drift")
+    if drift is not None and not _is_number(drift):
+        return "run record's canary_drift is not a number"
     for name, item in (value.get("original_us") or {}).items():
         if name in ("cpu", "device") and not (item is None or _is_number(item)):
             return f"run record's original_us.{name} is not a number"

@@ -26,7 +26,7 @@ from param_compute.results.sinks.base import RecordSink, RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
 from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
-from param_compute.results.stats import MIN_TRUSTED_N, is_noisy
+from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_noisy
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.workload_totals import WorkloadTotals
 from param_compute.formatting import format_ms
@@ -121,6 +121,7 @@ class ConsoleReporter(RecordSink):
         self._kept: List[Tuple[Any, int, RunRecord]] = []  # (key, order, record); a heap by -key
         self.seen = 0
         self.too_few = 0  # runs with a pass of fewer than MIN_TRUSTED_N measured values
+        self.disturbed = 0  # runs descheduled too often or measured while the canary drifted
         self.workload = WorkloadTotals()  # records with a count: a captured workload
         self.progress: Optional[Progress] = None
         self.task = None
@@ -161,7 +162,9 @@ class ConsoleReporter(RecordSink):
         if record is None:
             return
         self.workload.add(record)
-        self.too_few += any(0 < len(p.measure_ms) < MIN_TRUSTED_N for p in record.passes)
+        self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
+                            for stats in record.stats().values())
+        self.disturbed += record.status == STATUS_OK and record.disturbed()
         self._keep(record)
 
     def _describe(self, run: PlannedRun) -> str:
@@ -221,6 +224,13 @@ class ConsoleReporter(RecordSink):
             self.console.print(
                 f"[yellow]{self.too_few} run(s) have fewer than {MIN_TRUSTED_N} measured values: "
                 f"too few to trust[/yellow] ({advice})", soft_wrap=True, highlight=False)
+        if self.disturbed:
+            self.console.print(
+                f"[yellow]{self.disturbed} run(s) disturbed[/yellow]: over "
+                f"{DISTURBED_FRACTION:.0%} of their samples waited for a core, or the canary "
+                "drifted around them (the record's disturbed, stats.PASS.descheduled, "
+                "canary_drift); a quieter machine, --timer cpu or --discard-disturbed",
+                soft_wrap=True, highlight=False)
         for note in getattr(summary, "notes", ()):  # what other sinks declared
             self.console.print(note, soft_wrap=True, highlight=False)
         for record in summary.failed[:SUMMARY_ROWS]:
@@ -273,6 +283,8 @@ class ConsoleReporter(RecordSink):
                 continue
             rates = measured.throughput(stats["median"]) or {}
             noisy = " [yellow]noisy[/yellow]" if is_noisy(stats) else ""
+            if record.disturbed():
+                noisy += " [yellow]disturbed[/yellow]"
             values = {**base, "pass": measured.name,
                       "median": format_ms(stats["median"]) + noisy,
                       "95% CI": ("-" if stats["n"] < 2
