@@ -179,7 +179,20 @@ class Session:
             datetime.now().isoformat(timespec="seconds"), cmd_args, shard_header).to_json()
 
     def _make_filters(self) -> None:
-        """``--resume``: the file's runs are skipped, once its header matches this run's."""
+        """``--only``/``-k``/``--input-id`` (``plan.filters``; one that selects nothing is an
+        error) and ``--resume``: the file's runs are skipped, once its header matches this
+        run's."""
+        from param_compute.plan.filters import FilterError, RunFilter, check_selection
+        from param_compute.plan.runplan import plan_runs
+
+        selection = RunFilter.from_options(self.options)
+        if selection:
+            try:
+                check_selection(selection, plan_runs(
+                    self.spec, self.toolchain.registries.config_iterators, self.options.device))
+            except FilterError as exc:
+                raise OptionsError(str(exc)) from None
+            self.run_filters.append(selection.wants)
         if not self.outputs.resume:
             return
         from param_compute.results.resume import scan_results
@@ -219,7 +232,8 @@ class Session:
                                              self.toolchain, self.options))
         if self.nsight is not None:
             sinks.append(self._batch_profiler())
-        if self.path is not None and not self.options.isolate and not self.options.dry_run:
+        if self.path is not None and not self.options.isolate and not self.options.dry_run \
+                and self.options.repetitions == 1:  # runs measured in workers need no marker
             from param_compute.runtime.crash_marker import CrashMarker
 
             sinks.append(CrashMarker(self.path))
@@ -261,7 +275,8 @@ class Session:
 
     def _refused(self) -> Dict[str, str]:
         """A config that crashed the previous attempt is recorded as an error, not rerun."""
-        if self.resume is None or self.options.isolate or self.options.dry_run:
+        if self.resume is None or self.options.isolate or self.options.dry_run \
+                or self.options.repetitions > 1:
             return {}
         from param_compute.runtime.crash_marker import crash_message, previous_crash
 

@@ -92,6 +92,10 @@ class SignalGuard:
             signum, self._pending = self._pending, None
             self._raise(signum)
 
+    def raise_after_line(self, signum: int) -> None:
+        """A signal caught earlier and held while its work was saved: raised as soon as the
+        next critical section (a results line) completes, else reported by ``held``."""
+        self._pending = signum
 
     @contextmanager
     def held(self) -> Iterator["HeldSignals"]:

@@ -206,6 +206,6 @@ def child_options(options: RunOptions, profiler: Profiler,
     return dataclasses.replace(
         options, device=device, warmup=profiler.warmup, iteration=profiler.iteration,
         min_time=0.0, max_iteration=profiler.iteration, warmup_time=0.0, verify=None,
-        resume_id=None, stop_id=None,
+        resume_id=None, stop_id=None, only=(), keywords=(), input_ids=(), repetitions=1,
         dry_run=False, throughput=False, profile=False, execution_trace=False, fail_fast=False,
         isolate=False, timeout=None, nvtx_iterations=True)

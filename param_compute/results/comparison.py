@@ -10,6 +10,7 @@ renders the :class:`CompareReport`. Torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -200,6 +201,7 @@ class _BaseRun:
     status: str
     names: Tuple[str, ...]
     times: Tuple[Optional[Sequence[float]], ...]
+    processes: Tuple[Optional[Tuple[float, ...]], ...] = ()  # each pass's repetition medians
     outcomes: Optional[List[_Outcome]] = None  # None: the run is not in NEW
 
     def median(self, index: int) -> Optional[float]:
@@ -217,15 +219,40 @@ def _read_base(stream: ResultsStream, shared: _Shared) -> Dict[Tuple[str, str], 
             _fingerprint(record.get("config"), shared),
             sys.intern(_status(record)),
             shared(tuple(name for name, _, _ in passes)),
-            tuple(_kept(times) if times else None for _, times, _ in passes))
+            tuple(_kept(times) if times else None for _, times, _ in passes),
+            tuple(process_medians(record, name) for name, _, _ in passes))
     return runs
+
+
+def process_medians(record: Dict[str, Any], name: str) -> Optional[Tuple[float, ...]]:
+    """The pass's median in each process that measured it (``stats.<pass>.repetition_medians``
+    of ``--repetitions`` and ``ab``), when there are two or more; else None."""
+    stats = (record.get("stats") or {}).get(name) if isinstance(record.get("stats"), dict) \
+        else None
+    values = stats.get("repetition_medians") if isinstance(stats, dict) else None
+    if not isinstance(values, list) or len(values) < 2:
+        return None
+    medians = tuple(float(v) for v in values if isinstance(v, (int, float))
+                    and not isinstance(v, bool) and math.isfinite(v))
+    return medians if len(medians) == len(values) else None
+
+
+def _between_processes(pooled: Comparison, base: Sequence[float], new: Sequence[float],
+                       alpha: float, resamples: int) -> Comparison:
+    """Samples from several processes a side: times within a process share its layout, core
+    and clock, so the pooled samples alone overstate the evidence; the change must also be
+    significant between the processes' medians (the process is the unit: fewer than 4 a
+    side is never significant)."""
+    per_process = compare_samples(base, new, alpha, resamples)
+    return dataclasses.replace(pooled, p_value=max(pooled.p_value, per_process.p_value),
+                               significant=pooled.significant and per_process.significant)
 
 
 def _judge(base: _BaseRun, index: int, status: str, passes: Dict[str, Tuple[Any, Any]],
            config: Tuple[Tuple[str, ...], bytes], settings_block: bool, alpha: float,
-           resamples: int, key: PassKey) -> _Outcome:
+           resamples: int, key: PassKey, processes: Optional[Tuple[float, ...]]) -> _Outcome:
     """The outcome of BASE pass ``index`` against NEW's record of the run (``passes``: name ->
-    (times, why not measured))."""
+    (times, why not measured); ``processes``: NEW's per-process medians of the pass)."""
     base_times = base.times[index]
     if base_times is None:
         return ("unmeasured", "")
@@ -241,8 +268,11 @@ def _judge(base: _BaseRun, index: int, status: str, passes: Dict[str, Tuple[Any,
         return (CONFIG, mismatch)
     if settings_block:
         return ("mismatch", "settings differ")
-    return Row(key[0], key[1], key[2], len(base_times), len(times),
-               compare_samples(base_times, times, alpha, resamples))
+    result = compare_samples(base_times, times, alpha, resamples)
+    base_processes = base.processes[index] if base.processes else None
+    if base_processes and processes:
+        result = _between_processes(result, base_processes, processes, alpha, resamples)
+    return Row(key[0], key[1], key[2], len(base_times), len(times), result)
 
 
 def settings_diff(base: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
@@ -290,7 +320,7 @@ def compare_streams(base: ResultsStream, new: ResultsStream, alpha: float = 0.05
             continue
         config = _fingerprint(record.get("config"), shared)
         run.outcomes = [_judge(run, index, status, passes, config, settings_block, alpha,
-                               resamples, (op, run_id, name))
+                               resamples, (op, run_id, name), process_medians(record, name))
                         for index, name in enumerate(run.names)]
         label = None
         for outcome in run.outcomes:

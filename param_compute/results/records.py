@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from param_compute.results.stats import is_disturbed, is_noisy, summarize, thin
+from param_compute.results.stats import (across_repetitions, is_disturbed, is_noisy, summarize,
+                                         thin)
 from param_compute.results.targets import evaluate_target
 from param_compute.results.utilization import utilization
 
@@ -115,13 +116,19 @@ class RunRecord:
     #: The config's target (``{metric, value}``), judged in ``to_json``; ``--verify``'s verdict.
     target: Optional[Dict[str, Any]] = None
     verify: Optional[Dict[str, Any]] = None
+    #: ``--repetitions``: per pass, the median of each repetition (``runtime.repetitions``).
+    repetition_medians: Optional[Dict[str, List[float]]] = None
 
     #: How far the canary's time drifted from its own baseline around this run (a fraction:
     #: 0.4 is 40% slower), when beyond its noise band (``runtime.canary``).
     canary_drift: Optional[float] = None
 
     def stats(self) -> Dict[str, Optional[Dict[str, Any]]]:
-        return {p.name: p.stats() for p in self.passes}
+        out = {p.name: p.stats() for p in self.passes}
+        for name, medians in (self.repetition_medians or {}).items():
+            if out.get(name) and medians:
+                out[name] = across_repetitions(out[name], medians)
+        return out
 
     def disturbed(self) -> bool:
         """Whether a pass waited for a core too often or the canary drifted around the run."""

@@ -133,3 +133,45 @@ def summarize(values: Sequence[float]) -> Optional[Dict[str, float]]:
         "ci_high": ci_high,
         "ci_rel_width": (ci_high - ci_low) / median if median > 0 else 0.0,
     }
+
+
+def across_repetitions(stats: Dict[str, Any], medians: Sequence[float]) -> Dict[str, Any]:
+    """``stats`` of every repetition's samples pooled, with the median and its interval taken
+    across repetitions instead: ``median`` is the median of ``medians`` (one per repetition,
+    listed as ``repetition_medians``) and ``ci_low``/``ci_high`` its distribution-free
+    interval over them (the whole range below 6 repetitions). One repetition (the others
+    interrupted) leaves the sample's own median and interval."""
+    if len(medians) < 2:
+        return dict(stats, repetition_medians=list(medians))
+    ordered = sorted(medians)
+    median = quantile(ordered, 0.5)
+    ci_low, ci_high = median_ci(ordered)
+    return dict(stats, median=median, ci_low=ci_low, ci_high=ci_high,
+                ci_rel_width=(ci_high - ci_low) / median if median > 0 else 0.0,
+                repetition_medians=list(medians))
+
+
+#: Facts of several processes' measurements of one pass that add up, and those where the worst
+#: counts; any other fact is the first process's.
+_SUMMED_FACTS = ("involuntary_switches", "discarded")
+_WORST_FACTS = ("descheduled", "peak_bytes")
+#: What ``summarize`` and ``across_repetitions`` compute (the rest of a pass's stats are facts).
+SUMMARY_KEYS = frozenset({"n", "mean", "median", "min", "max", "stdev", "p10", "p90", "iqr", "cv",
+                          "ci_low", "ci_high", "ci_rel_width", "repetition_medians", "kept"})
+
+
+def pooled_facts(each: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The facts of several processes' measurements of one pass as one (``--repetitions``,
+    ``ab``): counts summed, the descheduled fraction and peak bytes at their worst."""
+    out: Dict[str, Any] = {}
+    for facts in each:
+        for key, value in facts.items():
+            if key in SUMMARY_KEYS:
+                continue
+            if key not in out:
+                out[key] = value
+            elif key in _SUMMED_FACTS and isinstance(value, (int, float)):
+                out[key] += value
+            elif key in _WORST_FACTS and isinstance(value, (int, float)):
+                out[key] = max(out[key], value)
+    return out

@@ -12,6 +12,8 @@ time, a thread count it would misread). Adding a clock is adding a row. Torch-fr
   the host clock: time the thread spent descheduled (another process on its core, a host's
   steal) is not counted. Only the calling thread's time is seen, so it needs one intra-op thread,
   and it cannot time work queued on a GPU.
+* ``kernel`` (CUDA): the CUDA events as ``wall``, and beside them the summed device time of the
+  kernels each call launched, through the PyTorch profiler (``runtime.kernel_time``).
 """
 
 from __future__ import annotations
@@ -45,10 +47,18 @@ def _one_host_thread(device: str, num_threads: int) -> Optional[str]:
     return None
 
 
+def _cuda(device: str, num_threads: int) -> Optional[str]:
+    if not device.startswith("cuda"):
+        return "--timer kernel times CUDA kernels: use -d cuda"
+    return None
+
+
 TIMERS: Dict[str, Timer] = {timer.name: timer for timer in (
     Timer("wall", "the device's clock: perf_counter on CPU, CUDA events on a GPU", _any_run),
     Timer("cpu", "the calling thread's CPU time (CPU, --num-threads 1): time spent "
                  "descheduled is not counted", _one_host_thread),
+    Timer("kernel", "CUDA: the events, and the summed kernel time per call beside them "
+                    "(torch.profiler)", _cuda),
 )}
 
 

@@ -88,6 +88,12 @@ class Engine:
         if self.options.dry_run:
             return None
         context = self.toolchain.context(self.spec, self.options)
+        if self.options.repetitions > 1:  # each repetition in a fresh worker process
+            from param_compute.runtime.isolation import IsolatedExecutor
+            from param_compute.runtime.repetitions import RepeatedExecutor
+
+            return RepeatedExecutor(lambda: IsolatedExecutor(context), self._selected(),
+                                    self.options.repetitions, self.options.seed)
         if self.options.isolate:
             from param_compute.runtime.isolation import IsolatedExecutor
 
@@ -95,6 +101,13 @@ class Engine:
         from param_compute.runtime.executor import Executor  # the torch side
 
         return Executor(context)
+
+    def _selected(self) -> List[PlannedRun]:
+        """The runs ``run`` will measure, in plan order (``--repetitions`` measures them all
+        before the first record is emitted)."""
+        selector = RunSelector(self.options.resume_id, self.options.stop_id)
+        return [run for run in self.plan()
+                if selector.wants(run) and all(f(run) for f in self.run_filters)]
 
     def run(self) -> RunSummary:
         """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
@@ -166,7 +179,7 @@ class Engine:
         """Why this run must be measured in an isolated worker although the run is not
         isolated: an operator known to touch memory out of bounds, or one of a custom
         namespace (its kernels are not torch's; a crash there must not end the run)."""
-        if self.options.isolate:
+        if self.options.isolate or self.options.repetitions > 1:  # in a worker already
             return None
         reason = unsafe_reason(run.op_name, run.input,
                                self.spec.operators[run.op_index].input_data_generator)

@@ -19,6 +19,7 @@ from param_compute.runtime.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
 from param_compute.runtime.data import seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
+from param_compute.runtime.device_samples import watch_clocks
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
@@ -92,9 +93,7 @@ class _BuiltOperator:
                 self.op.cleanup()
             except Exception:  # cleanup must never hide results already measured
                 log.warning("cleanup of %s failed", self.key, exc_info=True)
-        self.op = None
-        self.failure = None
-        self.key = None
+        self.op = self.failure = self.key = None
 
 
 def _target(op_spec, run: PlannedRun) -> Optional[Dict[str, Any]]:
@@ -106,8 +105,7 @@ def _target(op_spec, run: PlannedRun) -> Optional[Dict[str, Any]]:
 
 class _PhaseError(Exception):
     def __init__(self, phase: str, cause: BaseException):
-        self.phase = phase
-        self.cause = cause
+        self.phase, self.cause = phase, cause
 
 
 class Executor:
@@ -119,9 +117,10 @@ class Executor:
         self.spec = context.spec
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
+        self.watch = watch_clocks(self.device)  # per-sample GPU clocks (NVML), None off CUDA
         self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
-        self.measurer = PassMeasurer(options, self.device, self.annotator)
+        self.measurer = PassMeasurer(options, self.device, self.annotator, self.watch)
         self.canary = Canary() if options.canary and not options.nvtx_iterations else None
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)

@@ -21,6 +21,7 @@ from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import PassResult
 from param_compute.results.stats import median_ci
 from param_compute.runtime.clocks import pick_times, reads_thread_cpu
+from param_compute.runtime.device_samples import finish_measure
 from param_compute.runtime.disturbance import involuntary_switches, judge
 from param_compute.runtime.ranges import (iteration_range_name, iteration_ranges,
                                           phase_range_name)
@@ -35,7 +36,8 @@ MIN_SURE_N = 10
 #: --max-noise: each block adds this fraction of the calls made so far (at least one call).
 SURE_GROWTH = 0.25
 #: Per-sample lists of a pass's metric, thinned with ``measure.time``.
-PER_SAMPLE = ("measure.host_time", "measure.cpu_time", "measure.wall_time")
+PER_SAMPLE = ("measure.host_time", "measure.cpu_time", "measure.wall_time", "measure.sm_clock",
+              "measure.throttled")
 
 
 def relative_half_width(times: List[float]) -> float:
@@ -49,10 +51,11 @@ def relative_half_width(times: List[float]) -> float:
 class PassMeasurer:
     """Times passes with the run's options on its device, each phase in a profiler range."""
 
-    def __init__(self, options, device, annotator):
+    def __init__(self, options, device, annotator, watch=None):
         self.options = options
         self.device = device
         self.annotator = annotator
+        self.watch = watch  # CUDA: the GPU clocks per sample (runtime.gpu_clocks), or None
         self.pair_cpu = reads_thread_cpu(device.clock, options.num_threads)
 
     def measure(self, run: PlannedRun, pass_name: str, fn: Callable[[], Any],
@@ -91,6 +94,7 @@ class PassMeasurer:
         known = [value for value in grown if value is not None]
         if known:
             result.facts["peak_bytes"] = max(known)
+        finish_measure(result, self.watch, options, device.clock, fn, prepare)  # CUDA only
         result.keep_at_most(options.keep_samples, PER_SAMPLE)
         return result
 

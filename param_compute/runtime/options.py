@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 from param_compute.errors import OptionsError
 from param_compute.runtime.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
+from param_compute.runtime.option_values import typed_value
 from param_compute.runtime.timing import ExecMode
 
 
@@ -84,6 +85,16 @@ class RunOptions:
     stop_id: Optional[str] = flag(
         "-s", "--stop-id", "--stop_id", default=None,
         help="stop at this op_name|id: it and everything after are skipped")
+    only: Tuple[str, ...] = flag(  # the run filters (plan.filters): --only, -k, --input-id
+        "--only", default=(), parse=_texts, action="append", metavar="GLOB",
+        help="run only operators whose name matches GLOB (torch.mm, torch.nn.*; repeatable)")
+    keywords: Tuple[str, ...] = flag(
+        "-k", default=(), parse=_texts, action="append", metavar="EXPR",
+        help="run only runs whose op, id or config (512x512, bf16) contains EXPR or matches "
+             "it as a glob (repeatable: all must match)")
+    input_ids: Tuple[str, ...] = flag(
+        "--input-id", default=(), parse=_texts, action="append", metavar="ID",
+        help="run only this input id (1, 0_3), run id (0|0|1) or key (op|0|0|1) (repeatable)")
     dry_run: bool = flag("--dry-run", default=False, action="store_true",
                          help="validate and expand only: write the planned runs, allocate "
                               "nothing")
@@ -110,7 +121,8 @@ class RunOptions:
                            help="upper bound of --max-noise's measuring, seconds (default 10)")
     timer: str = flag("--timer", default="wall", choices=list(TIMERS),
                       help="wall (default): the device's clock; cpu: the calling thread's CPU "
-                           "time (CPU, --num-threads 1): time spent descheduled not counted")
+                           "time (CPU, --num-threads 1): time spent descheduled not counted; "
+                           "kernel (CUDA): also the summed kernel time per call")
     discard_disturbed: bool = flag(
         "--discard-disturbed", default=False, action="store_true",
         help="drop samples whose wall time exceeds their thread CPU time by over 10%%")
@@ -160,6 +172,15 @@ class RunOptions:
         help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, 512MiB) without "
              "allocating; 'auto' (default): half the memory available at start; 'none': no "
              "limit")
+    #: The whole plan measured N times, fresh process and seeded order each (runtime.repetitions).
+    repetitions: int = flag(
+        "--repetitions", default=1, type=int, metavar="N",
+        help="measure the whole plan N times, each in a fresh process and a random order "
+             "(seeded by --seed); stats give the median of repetition medians")
+    discard_throttled: bool = flag(
+        "--discard-throttled", default=False, action="store_true",
+        help="CUDA with NVML: drop samples taken while the GPU throttled (the record says "
+             "how many)")
     #: Run configs in a reusable worker subprocess; ``timeout`` bounds each config (seconds).
     isolate: bool = flag("--isolate", default=False, action="store_true",
                          help="run configs in a worker subprocess (reused while healthy): a "
@@ -208,8 +229,11 @@ class RunOptions:
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
-        for name in ("allow_namespaces", "workloads_dirs"):  # any iterable of names or paths
-            object.__setattr__(self, name, tuple(str(item) for item in getattr(self, name)))
+        for name in ("allow_namespaces", "workloads_dirs", "only", "keywords",
+                     "input_ids"):  # any iterable of names or paths (or one name)
+            value = getattr(self, name)
+            value = (value,) if isinstance(value, (str, os.PathLike)) else value
+            object.__setattr__(self, name, tuple(str(item) for item in value))
         if self.step_file is not None:  # a step file given is a step to replay
             object.__setattr__(self, "replay_step", True)
         if self.timeout is not None:  # a per-config bound needs a process that can be killed
@@ -222,6 +246,11 @@ class RunOptions:
             raise OptionsError(f"--iteration must be >= 0, got {self.iteration}")
         if self.iteration == 0 and self.min_time > 0:
             raise OptionsError("--min-time extends a measurement: it needs --iteration >= 1")
+        if self.repetitions < 1:
+            raise OptionsError(f"--repetitions must be >= 1, got {self.repetitions}")
+        if self.repetitions > 1 and (self.profile or self.execution_trace):
+            raise OptionsError("--repetitions measures in worker processes: -p/--et would "
+                               "trace only this one; drop one of them")
         if self.num_threads < 1:
             raise OptionsError(f"--num-threads must be >= 1, got {self.num_threads}")
         most = max_threads()
@@ -279,7 +308,8 @@ class RunOptions:
         out = asdict(self)
         out["exec_mode"] = self.exec_mode.value
         out["allow_namespaces"] = list(self.allow_namespaces)
-        out["workloads_dirs"] = list(self.workloads_dirs)
+        for name in ("workloads_dirs", "only", "keywords", "input_ids"):
+            out[name] = list(getattr(self, name))
         out["pass_type"] = PARAM_PASS_TYPE[self.backward]
         out["op_exec_mode"] = param_exec_mode(self.exec_mode.value)
         out["resume_op_run_id"] = self.resume_id
@@ -329,7 +359,7 @@ class RunOptions:
                 raise OptionsError(f"{where}.{key}: not a run option")
             if key == "cuda_l2_cache" and value in ("on", "off"):
                 value = value == "on"
-            given[key] = _typed(value, hints[key], f"{where}.{key}")
+            given[key] = typed_value(value, hints[key], f"{where}.{key}")
         try:
             return cls(**given)
         except ValueError as exc:  # an exec mode that is not one
@@ -355,35 +385,3 @@ def _param_enum(value: Any) -> Any:
 def _field_types() -> Dict[str, Any]:
     hints = typing.get_type_hints(RunOptions)
     return {f.name: hints[f.name] for f in fields(RunOptions)}
-
-
-def _typed(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against a field's type (ints accepted for floats, exec modes by name)."""
-    allowed = typing.get_args(hint) if typing.get_origin(hint) is Union else (hint,)
-    for kind in allowed:
-        if kind is type(None) and value is None:
-            return None
-        if kind is bool and isinstance(value, bool):
-            return value
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if kind is str and isinstance(value, str):
-            return value
-        if kind is ExecMode and value in {m.value for m in ExecMode}:
-            return ExecMode(value)
-        if typing.get_origin(kind) is tuple and isinstance(value, list) \
-                and all(isinstance(item, str) for item in value):
-            return tuple(value)
-    names = [("null" if k is type(None) else
-              "one of " + ", ".join(m.value for m in ExecMode) if k is ExecMode else
-              {bool: "true/false", int: "an integer", float: "a number",
-               str: "text"}.get(k, "a list of text" if typing.get_origin(k) is tuple
-                                else getattr(k, "__name__", str(k)))) for k in allowed]
-    return _fail(where, " or ".join(names), value)
-
-
-def _fail(where: str, expected: str, value: Any) -> Any:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    raise OptionsError(f"{where}: expected {expected}, got {shown}")

@@ -35,6 +35,8 @@ _RECORD_OBJECTS = ("config", "metric", "stats", "throughput", "error", "target",
 _TEXT_FIELDS = {"throughput": ("bound",), "stats": ("stop_reason",)}
 #: ``metric`` lists whose items the tools read as numbers.
 _NUMERIC_METRICS = ("measure.time", "measure.gpu.memory")
+#: ``stats`` fields that are lists of numbers (``--repetitions``: one median per repetition).
+_STATS_LISTS = ("repetition_medians",)
 
 
 #: The largest whole number taken as a number (beyond it an int no longer converts to float).
@@ -62,6 +64,9 @@ def _pass_problem(key: str, name: str, entry: Any) -> Optional[str]:
             if field_name in _NUMERIC_METRICS and not (
                     _is_number(item) or (isinstance(item, list)
                                          and all(_is_number(v) for v in item))):
+                return f"{where}.{field_name} is not a list of numbers"
+        elif key == "stats" and field_name in _STATS_LISTS:
+            if not (isinstance(item, list) and all(_is_number(v) for v in item)):
                 return f"{where}.{field_name} is not a list of numbers"
         elif not (item is None or _is_number(item)
                   or (field_name in _TEXT_FIELDS.get(key, ()) and isinstance(item, str))):

@@ -1,0 +1,234 @@
+"""``python -m param_compute.ab -c SPEC --a "ARGS" --b "ARGS" -o DIR``: two setups compared in one
+command, their processes alternated in ABBA rounds.
+
+Each side is ``run_benchmark`` with its ARGS (checked by ``run_benchmark``'s own parser before
+anything runs) on the same spec, configs and seed; ``--python-a``/``--python-b`` run a side under
+another interpreter (another virtualenv: another torch), with this param_compute first on its
+``PYTHONPATH`` so both sides replay with the same code. Odd rounds run A then B, even rounds B
+then A (``--rounds 4``, the default: A B B A A B B A), so drift over time falls on both sides
+alike; ``compare`` judges a change between the sides' processes as well as their samples
+(``results.comparison``), so fewer than 4 rounds can never call one significant. Each process writes ``DIR/rounds/a1.json``...; the rounds of a side are joined
+(``results.rounds``) into ``DIR/a.json`` and ``DIR/b.json``, ordinary results files; the compare
+table (``results.compare``, B against A, settings allowed to differ) is printed.
+
+Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
+arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import param_compute
+from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED
+
+#: run_benchmark flags (their ``dest``) a side may not set: ab sets them, or they change where
+#: results go or what is measured on one side only.
+RESERVED = {
+    "config": "-c/--config (give the spec to ab)",
+    "output_prefix": "-o/--output-prefix (ab writes DIR/a.json and DIR/b.json)",
+    "output": "--output (ab writes DIR/a.json and DIR/b.json)",
+    "append": "-a/--append (ab writes DIR/a.json and DIR/b.json)",
+    "resume": "--resume (ab writes DIR/a.json and DIR/b.json)",
+    "resume_mixed": "--resume-mixed (ab writes DIR/a.json and DIR/b.json)",
+    "csv": "--csv (ab writes DIR/a.json and DIR/b.json)",
+    "oss_json": "--oss-json (ab writes DIR/a.json and DIR/b.json)",
+    "shard": "--shard (both sides run every config)",
+    "seed": "--seed (both sides use ab's --seed)",
+    "only": "--only (give it to ab: both sides run the same configs)",
+    "keywords": "-k (give it to ab: both sides run the same configs)",
+    "input_ids": "--input-id (give it to ab: both sides run the same configs)",
+    "resume_id": "-r/--resume-id (both sides run the same configs)",
+    "stop_id": "-s/--stop-id (both sides run the same configs)",
+    "dry_run": "--dry-run (ab measures)",
+    "list_ops": "--list-ops", "explain": "--explain", "version": "--version",
+    "profile": "-p/--profile (traces go beside a results file ab names)",
+    "execution_trace": "--et (traces go beside a results file ab names)",
+    "ncu": "--ncu", "nsys": "--nsys",
+}
+
+
+class AbError(ValueError):
+    """Bad arguments to ab; the message says which and why."""
+
+
+def _refuse(message: str) -> None:
+    raise AbError(message)
+
+
+def side_args(text: str, side: str) -> List[str]:
+    """The side's ARGS split as a shell would, checked by run_benchmark's parser."""
+    from param_compute.cli.run_benchmark import build_parser
+
+    try:
+        args = shlex.split(text)
+    except ValueError as exc:
+        raise AbError(f"--{side} {text!r}: {exc}") from None
+    from param_compute.cli.run_benchmark import options_from_args
+    from param_compute.errors import OptionsError
+
+    if {"-h", "--help"} & set(args):
+        raise AbError(f"--{side} {text!r}: -h/--help is not a side's flag")
+    checker = build_parser()
+    checker.error = _refuse  # type: ignore[method-assign]  # reported, never an exit
+    try:
+        parsed = checker.parse_args(args)
+        given, defaults = vars(parsed), vars(checker.parse_args([]))
+        for dest, what in RESERVED.items():
+            if given.get(dest) != defaults.get(dest):
+                raise AbError(f"{what} is not allowed in a side's ARGS")
+        options_from_args(parsed)  # values checked as the run will check them
+    except (AbError, OptionsError) as exc:
+        raise AbError(f"--{side} {text!r}: {exc}") from None
+    return args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m param_compute.ab",
+        description="Compare two setups (flags, interpreters) on one spec: their processes "
+                    "alternate in ABBA rounds; prints the compare table of B against A.")
+    p.add_argument("-c", "--config", type=Path, required=True, help="the spec file (JSON)")
+    p.add_argument("--a", default="", metavar="ARGS", help="run_benchmark flags of side A")
+    p.add_argument("--b", default="", metavar="ARGS", help="run_benchmark flags of side B")
+    p.add_argument("-o", "--output-dir", type=Path, required=True, metavar="DIR",
+                   help="writes DIR/a.json, DIR/b.json and DIR/rounds/")
+    p.add_argument("--rounds", type=int, default=4, metavar="N",
+                   help="rounds, each one process per side, A first in odd rounds and B first "
+                        "in even ones (default 4: A B B A A B B A); a change is significant "
+                        "only between the sides' processes too, so fewer than 4 never is")
+    p.add_argument("--python-a", default=sys.executable, metavar="PY",
+                   help="interpreter of side A (default this one)")
+    p.add_argument("--python-b", default=sys.executable, metavar="PY",
+                   help="interpreter of side B (default this one)")
+    p.add_argument("--seed", type=int, default=0, help="data seed of both sides (default 0)")
+    p.add_argument("--only", action="append", default=[], metavar="GLOB",
+                   help="run filter of both sides (repeatable)")
+    p.add_argument("-k", action="append", default=[], dest="keywords", metavar="EXPR",
+                   help="run filter of both sides (repeatable)")
+    p.add_argument("--input-id", action="append", default=[], dest="input_ids", metavar="ID",
+                   help="run filter of both sides (repeatable)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument("--max-rows", type=int, default=60, help="compare table rows (60)")
+    return p
+
+
+def _check(args: argparse.Namespace) -> Dict[str, List[str]]:
+    if args.rounds < 1:
+        raise AbError(f"--rounds must be >= 1, got {args.rounds}")
+    if not args.config.is_file():
+        raise AbError(f"-c {args.config}: no such file")
+    for side in ("a", "b"):
+        python = getattr(args, f"python_{side}")
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise AbError(f"--python-{side} {python}: not an executable file")
+    return {side: side_args(getattr(args, side), side) for side in ("a", "b")}
+
+
+def round_plan(rounds: int) -> List[tuple]:
+    """(side, round number 1..N) in the order the processes run: AB, BA, AB..."""
+    out = []
+    for index in range(rounds):
+        sides = ("a", "b") if index % 2 == 0 else ("b", "a")
+        out += [(side, index + 1) for side in sides]
+    return out
+
+
+def _common(args: argparse.Namespace) -> List[str]:
+    out = ["--seed", str(args.seed), "--no-progress"]
+    for flag, values in (("--only", args.only), ("-k", args.keywords),
+                         ("--input-id", args.input_ids)):
+        for value in values:
+            out += [flag, value]
+    return out
+
+
+def _run_side(python: str, spec: Path, args: Sequence[str], out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    root = str(Path(param_compute.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    command = [python, "-m", "param_compute.run_benchmark", "-c", str(spec), *args,
+               "--output", str(out)]
+    return subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def run_ab(args: argparse.Namespace, console) -> int:
+    from param_compute.results.compare import render
+    from param_compute.results.comparison import compare_files
+    from param_compute.results.rounds import join_rounds
+
+    sides = _check(args)
+    rounds_dir = args.output_dir / "rounds"
+    rounds_dir.mkdir(parents=True, exist_ok=True)
+    status = EXIT_OK
+    paths: Dict[str, List[Path]] = {"a": [], "b": []}
+    for side, number in round_plan(args.rounds):
+        out = rounds_dir / f"{side}{number}.json"
+        out.unlink(missing_ok=True)
+        print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
+        done = _run_side(getattr(args, f"python_{side}"), args.config,
+                         [*sides[side], *_common(args)], out)
+        if done.returncode == EXIT_INVALID or not out.is_file():
+            tail = (done.stderr or "").strip().splitlines()[-5:]
+            raise AbError(f"side {side.upper()} (round {number}) exited {done.returncode}: "
+                          + " / ".join(tail))
+        if done.returncode != EXIT_OK:
+            status = EXIT_RUN_FAILED
+            print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
+                  "failed", file=sys.stderr)
+        paths[side].append(out)
+    files = {}
+    for side in ("a", "b"):
+        files[side] = args.output_dir / f"{side}.json"
+        join_rounds(paths[side], files[side], {"ab": {
+            "side": side, "args": sides[side], "python": getattr(args, f"python_{side}"),
+            "rounds": [str(p.name) for p in paths[side]]}})
+    report = compare_files(files["a"], files["b"], args.alpha, across_settings=True)
+    render(report, files["a"], files["b"], console, args.max_rows, args.alpha)
+    counts = {v: sum(1 for r in report.rows if r.result.verdict == v)
+              for v in ("faster", "slower", "same")}
+    if args.rounds < 4:
+        console.print("1 round: the calls rest on one process a side, blind to the variance "
+                      "between processes" if args.rounds == 1 else
+                      f"{args.rounds} rounds: fewer than 4 processes a side never make a change "
+                      "significant", highlight=False)
+    console.print(f"B vs A: {counts['faster']} faster, {counts['slower']} slower, "
+                  f"{counts['same']} same ({args.rounds} rounds; {files['a']}, {files['b']})",
+                  highlight=False)
+    return status
+
+
+def _joined(argv: Sequence[str]) -> List[str]:
+    """``--a ARGS`` as ``--a=ARGS``: argparse would take ARGS that start with a dash and hold
+    no space (``--a --no-throughput``) for a flag of ab's own."""
+    out, items = [], iter(argv)
+    for item in items:
+        value = next(items, None) if item in ("--a", "--b") else None
+        out.append(item if value is None else f"{item}={value}")
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        return run_ab(args, console)
+    except AbError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""``--repetitions N``: the whole plan measured N times, each time in a fresh process and in a
+seeded random order of its runs, combined into one record per run.
+
+One long run hides the variance between processes (where the allocator put the tensors, which
+core and frequency the process got); repetitions expose it, as Google Benchmark's
+``--benchmark_repetitions`` with random interleaving does. Repetition ``r`` (0-based) runs the
+selected runs in the order :func:`repetition_order` gives for ``(seed, r)``: different each
+repetition, the same for the same ``--seed``. Each repetition gets a fresh worker process
+(``isolation.IsolatedExecutor``; a crash becomes an error record, as with ``--isolate``).
+
+:func:`combine` makes a run's record from its N records: the samples of every repetition
+(``measure.time`` holds them all, so PARAM readers and ``compare`` see every sample) and per
+pass the median of each repetition (``RunRecord.repetition_medians``), from which
+``stats.<pass>`` reports the median of repetition medians and its interval across repetitions
+(``results.stats.across_repetitions``). A run that failed in any repetition is that failure's
+record, its message saying which repetition. A run interrupted by a signal first writes the
+runs measured so far (records of the repetitions that reached them), then stops as asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import signal
+from typing import Callable, Dict, List, Optional, Sequence
+
+from param_compute.plan.runkey import join_fields
+from param_compute.plan.runplan import PlannedRun
+from param_compute.process.signals import GUARD, Interrupted
+from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
+from param_compute.results.stats import pooled_facts, summarize
+
+log = logging.getLogger("param_compute")
+
+
+def repetition_order(runs: Sequence[PlannedRun], seed: int, repetition: int) -> List[PlannedRun]:
+    """``runs`` shuffled by a generator seeded from ``seed`` and the repetition's index."""
+    order = list(runs)
+    random.Random(join_fields("param_compute", "repetition", seed, repetition)).shuffle(order)
+    return order
+
+
+def _combined_pass(passes: Sequence[PassResult]) -> PassResult:
+    """The kept samples of every repetition end to end; ``n`` counts every sample measured
+    (``kept`` how many the record holds, where a repetition thinned its samples)."""
+    first = passes[0]
+    extra: Dict[str, List[float]] = {}
+    for one in passes:
+        for key, values in one.extra.items():
+            extra.setdefault(key, []).extend(values)
+    counts = [p.iterations for p in passes if p.iterations is not None]
+    times = [t for p in passes for t in p.measure_ms]
+    facts = pooled_facts([p.facts for p in passes])
+    summary = summarize(times)
+    if summary is not None and any(p.summary is not None for p in passes):
+        summary["n"] = sum((p.stats() or {}).get("n", 0) for p in passes)
+        facts["kept"] = len(times)
+    return dataclasses.replace(
+        first, warmup_ms=[t for p in passes for t in p.warmup_ms], measure_ms=times,
+        extra=extra, iterations=sum(counts) if counts else None, facts=facts, summary=summary)
+
+
+def combine(records: Sequence[RunRecord]) -> RunRecord:
+    """One run's record from its records of every repetition, in repetition order."""
+    for index, record in enumerate(records):
+        if record.status != STATUS_OK:
+            error = record.error or RunError("Failed", record.status, "run")
+            return dataclasses.replace(record, error=dataclasses.replace(
+                error, message=f"repetition {index + 1} of {len(records)}: {error.message}"))
+    names = [p.name for p in records[0].passes]
+    passes, medians = [], {}
+    for name in names:
+        each = [next(p for p in r.passes if p.name == name) for r in records
+                if any(p.name == name for p in r.passes)]
+        passes.append(_combined_pass(each))
+        medians[name] = [p.stats()["median"] for p in each if p.measure_ms]  # of all samples
+    verdicts = [r.verify for r in records if r.verify is not None]
+    failed = [v for v in verdicts if v.get("status") not in (None, "PASS")]
+    drifts = [r.canary_drift for r in records if r.canary_drift is not None]
+    return dataclasses.replace(records[0], passes=passes, repetition_medians=medians,
+                               verify=(failed or verdicts or [None])[0],
+                               canary_drift=max(drifts, key=abs) if drifts else None)
+
+
+class RepeatedExecutor:
+    """The engine's executor for ``--repetitions``: on the first ``execute`` it measures every
+    selected run ``count`` times (each repetition by a fresh executor from ``fresh``, in its
+    seeded order); each ``execute`` then returns the run's combined record."""
+
+    def __init__(self, fresh: Callable[[], object], runs: Sequence[PlannedRun], count: int,
+                 seed: int):
+        self.fresh = fresh
+        self.runs = list(runs)
+        self.count = count
+        self.seed = seed
+        self.records: Dict[str, List[RunRecord]] = {}
+        self.orders: List[List[str]] = []
+        self.stop: Optional[BaseException] = None  # the signal that ended the measuring
+        self._last: Optional[str] = None
+
+    def measure(self) -> None:
+        for repetition in range(self.count):
+            order = repetition_order(self.runs, self.seed, repetition)
+            self.orders.append([run.key for run in order])
+            log.info("repetition %d of %d: %d runs in a fresh process, in a seeded random order",
+                     repetition + 1, self.count, len(order))
+            executor = self.fresh()
+            try:
+                for run in order:
+                    self.records.setdefault(run.key, []).append(executor.execute(run))
+            except (KeyboardInterrupt, Interrupted) as stop:
+                self.stop = stop
+                log.warning("interrupted in repetition %d of %d: the runs measured so far are "
+                            "written first", repetition + 1, self.count)
+                return
+            finally:
+                executor.close()
+
+    def execute(self, run: PlannedRun) -> RunRecord:
+        """The run's combined record. After an interrupt, the runs measured at least once are
+        handed out (in plan order, up to the first one never measured) and the signal is
+        raised once the last one's results line is written (``GUARD.raise_after_line``)."""
+        if not self.orders:
+            self.measure()
+        records = self.records.get(run.key)
+        if not records:
+            raise self.stop if self.stop is not None else KeyError(run.key)
+        if self.stop is not None and run.key == self._last_measured():
+            GUARD.raise_after_line(getattr(self.stop, "signum", signal.SIGINT))
+        return combine(records)
+
+    def _last_measured(self) -> str:
+        if self._last is None:
+            measured = [run.key for run in self.runs if run.key in self.records]
+            self._last = measured[-1] if measured else ""
+        return self._last
+
+    def close(self) -> None:
+        """Nothing held between repetitions: each one's process is closed when it ends."""

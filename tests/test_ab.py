@@ -1,0 +1,135 @@
+"""``python -m param_compute.ab``: two setups in ABBA rounds, joined per side into ordinary
+results files, compared with significance; bad side ARGS refused before anything runs."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import run_cli, write_spec
+from param_compute.cli.ab import round_plan
+from param_compute.results.comparison import compare_files
+from param_compute.results.file import read_results, write_results
+from param_compute.results.rounds import join_records
+from param_compute.results.significance import compare_samples
+
+AB = "param_compute.cli.ab"
+TINY = {"torch.add": {
+    "input_iterator": "RangeConfigIterator",
+    "input_data_generator": "PyTorch:DefaultDataGenerator",
+    "config": [{"input": [{"args": [
+        {"type": "tensor", "dtype": "float", "shape": [[16, 32, 16], 16], "__range__": ["shape"]},
+        {"type": "tensor", "dtype": "float", "shape": [-1, 16],
+         "__copy__": [{"shape": [0, [0, 0]]}]}]}]}]}}
+
+
+def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    out = tmp_path / "ab"
+    result = run_cli("-c", spec, "--a", "-i 5 --no-throughput", "--b", "--no-throughput -i 5",
+                     "--python-b", sys.executable, "-o", out, "--rounds", "2", module=AB)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (out / "rounds").iterdir()) == [
+        "a1.json", "a2.json", "b1.json", "b2.json"]
+    # ABBA: A first in round 1, B first in round 2
+    assert [line for line in result.stderr.splitlines() if line.startswith("round")] == [
+        "round 1: side A", "round 1: side B", "round 2: side B", "round 2: side A"]
+    for side, args in (("a", ["-i", "5", "--no-throughput"]),
+                       ("b", ["--no-throughput", "-i", "5"])):
+        results = read_results(out / f"{side}.json")
+        assert not results.problems
+        assert results.header["ab"]["side"] == side and results.header["ab"]["args"] == args
+        assert results.header["run_options"]["iteration"] == 5
+        assert results.finish["rounds"] == 2 and results.finish["runs_ok"] == 2
+        assert [r["id"] for r in results.records] == ["0|0|0_0", "0|0|0_1"]
+        for record in results.records:  # both rounds' samples, a median per round
+            assert len(record["metric"]["forward"]["measure.time"]) == 10
+            assert len(record["stats"]["forward"]["repetition_medians"]) == 2
+    assert "b.json vs" in result.stdout  # the compare table's title: B against A
+    assert "│ torch.add │ 0|0|0_0 │ forward │" in result.stdout
+    assert "geometric mean speedup" in result.stdout
+    assert "B vs A: 0 faster, 0 slower, 2 same (2 rounds;" in result.stdout
+    assert "2 rounds: fewer than 4 processes a side never make a change significant" \
+        in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--b", "--bogus"], "--b '--bogus': unrecognized arguments: --bogus"),
+    (["--a", "-o x"], "--a '-o x': -o/--output-prefix (ab writes DIR/a.json and DIR/b.json) "
+                      "is not allowed in a side's ARGS"),
+    (["--b", "--output r.json"], "--output (ab writes DIR/a.json and DIR/b.json) is not "
+                                 "allowed"),
+    (["--a", "--seed 4"], "--seed (both sides use ab's --seed) is not allowed"),
+    (["--a", "--num-threads 0"], "--a '--num-threads 0': --num-threads must be >= 1, got 0"),
+    (["--a", "-i 'x"], "--a \"-i 'x\": No closing quotation"),
+    (["--python-a", "/no/such/python"], "--python-a /no/such/python: not an executable file"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
+    spec = write_spec(tmp_path, TINY)
+    result = run_cli("-c", spec, "-o", tmp_path / "ab", *args, module=AB)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (tmp_path / "ab").exists()
+
+
+def test_round_plan_alternates_abba():
+    assert round_plan(1) == [("a", 1), ("b", 1)]
+    assert round_plan(3) == [("a", 1), ("b", 1), ("b", 2), ("a", 2), ("a", 3), ("b", 3)]
+
+
+def _record(times, status="ok", **extra):
+    return {"op_name": "torch.add", "id": "0|0|0", "status": status,
+            "metric": {"forward": {"measure.time": times, "measure.iterations": [len(times)]}},
+            "stats": {"forward": {"median": sorted(times)[len(times) // 2] if times else None}},
+            "throughput": {"forward": {"flops": 10, "gb_per_s": 4.0, "bound": "memory"}},
+            **extra}
+
+
+def test_join_records_pools_samples_and_takes_the_median_across_rounds():
+    joined = join_records([_record([1.0, 1.0, 1.0]), _record([3.0, 3.0, 3.0]),
+                           _record([2.0, 2.0, 2.0])])
+    forward = joined["metric"]["forward"]
+    assert forward["measure.time"] == [1.0] * 3 + [3.0] * 3 + [2.0] * 3
+    assert forward["measure.iterations"] == [9]
+    stats = joined["stats"]["forward"]
+    assert stats["repetition_medians"] == [1.0, 3.0, 2.0] and stats["median"] == 2.0
+    assert stats["n"] == 9 and (stats["ci_low"], stats["ci_high"]) == (1.0, 3.0)
+    # the rate follows the median: round 1's 4 GB/s at 1 ms is 2 GB/s at 2 ms
+    assert joined["throughput"]["forward"] == {"flops": 10, "gb_per_s": 2.0, "bound": "memory"}
+    assert joined["noisy"] == ["forward"]  # the rounds disagree by far more than 10%
+
+
+def test_join_records_keeps_a_failed_round_and_says_which():
+    failed = _record([], status="error",
+                     error={"type": "RuntimeError", "message": "boom", "phase": "forward"})
+    joined = join_records([_record([1.0]), failed])
+    assert joined["status"] == "error"
+    assert joined["error"]["message"] == "round 2 of 2: boom"
+
+
+def _side(path, medians_by_process, per_process=8):
+    """A results file of one run whose samples come from processes with these medians."""
+    times = [m + 0.001 * k for m in medians_by_process for k in range(per_process)]
+    record = {"op_name": "torch.add", "id": "0|0|0", "status": "ok", "config": {},
+              "metric": {"forward": {"measure.time": times}},
+              "stats": {"forward": {"repetition_medians": medians_by_process}}}
+    write_results(path, {"run_options": {}, "sys_info": {}}, [record], {"finish_time": "t"})
+    return path
+
+
+@pytest.mark.parametrize("base, new, verdict", [
+    ([1.0, 1.0, 1.0, 1.3], [1.1, 1.1, 1.1, 1.4], "same"),  # processes overlap
+    ([1.0, 1.0, 1.1, 1.1], [1.2, 1.2, 1.3, 1.3], "slower"),  # every B process slower
+    ([1.0, 1.1], [1.5, 1.6], "same"),  # 2 processes a side: never significant
+])
+def test_compare_judges_samples_of_several_processes_between_processes(tmp_path, base, new,
+                                                                        verdict):
+    report = compare_files(_side(tmp_path / "a.json", base), _side(tmp_path / "b.json", new))
+    (row,) = report.rows
+    assert row.base_n == row.new_n == 8 * len(base)
+    assert row.result.verdict == verdict
+    # the pooled samples alone would call every one of these different
+    pooled = [[m + 0.001 * k for m in side for k in range(8)] for side in (base, new)]
+    assert compare_samples(*pooled).significant
