@@ -146,7 +146,7 @@ def test_an_interrupt_writes_the_runs_measured_so_far_then_stops():
         GUARD.stopping = False
 
 
-def test_an_interrupt_before_a_run_was_ever_measured_stops_at_it():
+def test_an_interrupt_skips_the_runs_never_measured_and_writes_every_measured_one():
     _FakeExecutor.made = []
 
     class StoppedFirst(_FakeExecutor):
@@ -159,15 +159,32 @@ def test_an_interrupt_before_a_run_was_ever_measured_stops_at_it():
     repeated = RepeatedExecutor(StoppedFirst, runs, 3, seed=0)
     measured = {r.key for r in repetition_order(runs, 0, 0)[:2]}  # before the Ctrl-C
     outcomes = []
-    for run in runs:
-        try:
-            outcomes.append(repeated.execute(run).id)
-        except KeyboardInterrupt:
-            outcomes.append("stop")
-            break
-    first_unmeasured = next(i for i, r in enumerate(runs) if r.key not in measured)
-    # the runs before it were written; the stop comes at the first run never measured
-    assert outcomes[-1] == "stop" and len(outcomes) == first_unmeasured + 1
+    try:
+        for run in runs:
+            record = repeated.execute(run)
+            outcomes.append(None if record is None else run.key)
+            with GUARD.critical():  # the results line of this run
+                pass
+    except Interrupted as stop:
+        assert stop.signum == signal.SIGINT
+        outcomes.append("stop")
+    finally:
+        GUARD.stopping = False
+    last = max(i for i, r in enumerate(runs) if r.key in measured)
+    # plan order: measured runs written, never-measured ones skipped, the stop after the last
+    assert outcomes == [r.key if r.key in measured else None for r in runs[:last + 1]] + ["stop"]
+
+
+def test_an_interrupt_before_any_run_was_measured_stops_at_once():
+    _FakeExecutor.made = []
+
+    class StoppedAtOnce(_FakeExecutor):
+        def execute(self, run):
+            raise KeyboardInterrupt
+
+    repeated = RepeatedExecutor(StoppedAtOnce, _runs(3), 2, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        repeated.execute(_runs(3)[0])
 
 
 def test_one_repetition_keeps_the_sample_s_own_interval():

@@ -165,6 +165,10 @@ class Engine:
                 summary.dry_run += 1
             else:
                 record = self._execute(executor, run)
+                if record is None:  # never measured (``--repetitions`` cut short): skipped
+                    summary.skipped += 1
+                    self._emit(run, None)
+                    continue
                 if record.status == STATUS_OK:
                     summary.ok += 1
                 else:

@@ -108,7 +108,8 @@ class RepeatedExecutor:
             executor = self.fresh()
             try:
                 for run in order:
-                    self.records.setdefault(run.key, []).append(executor.execute(run))
+                    record = executor.execute(run)
+                    self.records.setdefault(run.key, []).append(record)
             except (KeyboardInterrupt, Interrupted) as stop:
                 self.stop = stop
                 log.warning("interrupted in repetition %d of %d: the runs measured so far are "
@@ -117,22 +118,27 @@ class RepeatedExecutor:
             finally:
                 executor.close()
 
-    def execute(self, run: PlannedRun) -> RunRecord:
-        """The run's combined record. After an interrupt, the runs measured at least once are
-        handed out (in plan order, up to the first one never measured) and the signal is
-        raised once the last one's results line is written (``GUARD.raise_after_line``)."""
+    def execute(self, run: PlannedRun) -> Optional[RunRecord]:
+        """The run's combined record. After an interrupt, every run measured at least once is
+        handed out (in plan order); a run never measured is None (the engine skips it and
+        goes on), and the signal is raised once the last measured run's results line is
+        written (``GUARD.raise_after_line``), or at once if no run was measured."""
         if not self.orders:
             self.measure()
         records = self.records.get(run.key)
         if not records:
-            raise self.stop if self.stop is not None else KeyError(run.key)
+            if self.stop is None:
+                raise KeyError(run.key)
+            if not self._last_measured():
+                raise self.stop
+            return None
         if self.stop is not None and run.key == self._last_measured():
             GUARD.raise_after_line(getattr(self.stop, "signum", signal.SIGINT))
         return combine(records)
 
     def _last_measured(self) -> str:
         if self._last is None:
-            measured = [run.key for run in self.runs if run.key in self.records]
+            measured = [run.key for run in self.runs if self.records.get(run.key)]
             self._last = measured[-1] if measured else ""
         return self._last
 
