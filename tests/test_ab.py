@@ -47,7 +47,7 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
             assert len(record["metric"]["forward"]["measure.time"]) == 10
             assert len(record["stats"]["forward"]["repetition_medians"]) == 2
     assert "b.json vs" in result.stdout  # the compare table's title: B against A
-    assert "│ torch.add │ 0|0|0_0 │ forward │" in result.stdout
+    assert "│ torch.add │ 0|0|0_0 │ 16×16·16×16 f32 │ forward │" in result.stdout, result.stdout
     assert "geometric mean speedup" in result.stdout
     assert "B vs A: 0 faster, 0 slower, 2 same (2 rounds;" in result.stdout
     assert "2 rounds: fewer than 4 processes a side never make a change significant" \
