@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,16 +64,30 @@ class _Duplicate(Exception):
 
 
 def _number(value: Any) -> Optional[float]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-            and abs(value) != float("inf"):
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
         return float(value)
     return None
 
 
+#: Keys of the configs seen lately, by their repr (the same configs come in every file).
+_KEYS: Dict[str, str] = {}
+_MAX_KEYS = 100_000
+
+
 def config_key(config: Any) -> str:
     """A config's identity in the history: the hash of its JSON (keys sorted)."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    seen = repr(config)
+    key = _KEYS.get(seen)
+    if key is None:
+        text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+        key = hashlib.sha256(text.encode()).hexdigest()[:24]
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()
+        _KEYS[seen] = key
+    return key
 
 
 def check_label(label: str) -> str:

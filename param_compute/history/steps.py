@@ -70,7 +70,8 @@ def _smoothed_logs(points: Sequence[Point]) -> List[float]:
     n = len(values)
     if n < 3:
         return [math.log(v) for v in values]
-    out = [_median(values[max(0, i - 1):i + 2]) for i in range(n)]
+    out = [values[0]] + [a + b + c - max(a, b, c) - min(a, b, c)
+                         for a, b, c in zip(values, values[1:], values[2:])] + [values[-1]]
     out[0] = _median([values[0], out[1], 3 * out[1] - 2 * out[2]])
     out[-1] = _median([values[-1], out[-2], 3 * out[-2] - 2 * out[-3]])
     return [math.log(max(v, 1e-300)) for v in out]

@@ -42,8 +42,12 @@ class SeriesInfo:
 
 
 def _number(value: Any) -> Optional[float]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    """A finite number read from the database (its columns are untrusted), else None."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value) if abs(value) < 2**63 else None
     return None
 
 
@@ -182,29 +186,42 @@ class HistoryStore:
         return {table: int(self.backend.one(f"SELECT COUNT(*) FROM {table}")[0])
                 for table in ("machines", "labels", "runs", "series", "points")}
 
-    def series_points(self, mixed: bool = False) -> Iterator[Tuple[SeriesInfo, int, float, Optional[float],
-                                              Optional[float], Optional[int]]]:
+    def series(self) -> Dict[int, SeriesInfo]:
+        """Every series by id (what a read of the points names them by)."""
+        return {int(row[0]): SeriesInfo(int(row[0]), int(row[1]), str(row[2]), str(row[3]),
+                                        str(row[4]), str(row[5]), str(row[6] or ""),
+                                        str(row[7] or ""))
+                for row in self.backend.stream(
+                    "SELECT id, machine_id, op, config_key, pass, kind, run_key, config "
+                    "FROM series")}
+
+    def series_points(self, mixed: bool = False) -> Iterator[Tuple[SeriesInfo, int, float,
+                                                                   Optional[float],
+                                                                   Optional[float],
+                                                                   Optional[int]]]:
         """(series, label id, median, ci low, ci high, n) of every point, by series then label
-        (one streamed query, the points' primary key order); a point whose median is no
+        (one streamed query in the points' primary key order); a point whose median is no
         finite number (a damaged database) is left out. ``mixed``: by (op, config, pass)
         then label, the series of every machine together."""
-        order = ("s.op, s.config_key, s.pass, p.label_id, s.machine_id" if mixed
-                 else "p.series_id, p.label_id")
+        infos = self.series()
+        if mixed:
+            query = ("SELECT p.series_id, p.label_id, p.median, p.ci_low, p.ci_high, p.n "
+                     "FROM points p JOIN series s ON s.id = p.series_id ORDER BY s.op, "
+                     "s.config_key, s.pass, p.label_id, s.machine_id")
+        else:
+            query = ("SELECT series_id, label_id, median, ci_low, ci_high, n FROM points "
+                     "ORDER BY series_id, label_id")
         info: Optional[SeriesInfo] = None
-        for row in self.backend.stream(
-                "SELECT p.series_id, p.label_id, p.median, p.ci_low, p.ci_high, p.n, "
-                "s.machine_id, s.op, s.config_key, s.pass, s.kind, s.run_key, s.config "
-                "FROM points p JOIN series s ON s.id = p.series_id "
-                f"ORDER BY {order}"):
-            median = _number(row[2])
+        for series_id, label_id, median, low, high, n in self.backend.stream(query):
+            median = _number(median)
             if median is None:
                 continue
-            if info is None or info.id != row[0]:
-                info = SeriesInfo(int(row[0]), int(row[6]), str(row[7]), str(row[8]),
-                                  str(row[9]), str(row[10]), str(row[11] or ""),
-                                  str(row[12] or ""))
-            n = row[5] if isinstance(row[5], int) and not isinstance(row[5], bool) else None
-            yield info, int(row[1]), median, _number(row[3]), _number(row[4]), n
+            if info is None or info.id != series_id:
+                info = infos.get(series_id)
+                if info is None:  # a damaged database: a point of no series
+                    continue
+            yield (info, label_id, median, _number(low), _number(high),
+                   n if type(n) is int else None)  # noqa: E721
 
 
 def open_store(db: str, create: bool = False) -> HistoryStore:
