@@ -311,3 +311,37 @@ def test_check_names_the_config_that_got_slower_and_the_label_where(tmp_path, mo
     calm = history("check", "--fail-on-regression", "10", db=steady)
     assert calm.returncode == 0, calm.stdout
     assert "0 regression(s) of at least 10% in 3 series" in calm.stdout
+
+
+def test_concurrent_writers_queue_and_both_land(tmp_path):
+    db = tmp_path / "h.db"
+    files = [write_results(tmp_path / f"r{i}.json", header(host=f"h{i}"),
+                           [record(j, 1.0 + j) for j in range(3000)]) for i in range(3)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    writers = [subprocess.Popen([sys.executable, "-c", KILLED_ADD, "add", str(path), "--label",
+                                 f"v{i}", "--db", str(db)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+               for i, path in enumerate(files)]
+    for writer in writers:
+        out, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err
+        assert "added as v" in out
+    assert counts(db) == {"machines": 3, "labels": 3, "runs": 3, "series": 9000,
+                          "points": 9000}
+
+
+def test_damaged_rows_of_a_database_are_left_out_not_a_crash(tmp_path):
+    db = tmp_path / "h.db"
+    for label, median in (("v1", 1.0), ("v2", 1.0)):
+        history("add", write_results(tmp_path / f"{label}.json", header(start=label),
+                                     [record(0, median), record(1, 2.0)]), "--label", label,
+                db=db)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE points SET median = 'fast' WHERE series_id = 1 AND "
+                           "label_id = 2")
+        connection.execute("UPDATE points SET ci_low = 'x', n = 'y' WHERE series_id = 2")
+    shown = history("show", db=db)
+    assert shown.returncode == 0, shown.stderr
+    assert "torch.mm|0|0|0 (64×64 f32) [forward] on h1" in shown.stdout
+    assert "  ▁  v1 (1)  last 1.000 ms" in shown.stdout  # the damaged point left out
+    assert "▁▁  v1 … v2 (2)  last 2.000 ms" in shown.stdout
