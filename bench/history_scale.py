@@ -12,7 +12,8 @@ medians wander 2% from run to run, and two planted changes: ``torch.op0|7`` 20% 
 label L0600 and ``torch.op5|50`` 15% faster from L0300. ``check --fail-on-regression 10``
 must name exactly the first, at L0600 (and nothing at 100 labels). Beside every add, the same
 file is read once by ``results.file.ResultsStream`` alone: the reference, the floor any
-ingest pays to read its input. Adds run in this process (the time of ``history.ingest``); the
+ingest pays to read its input. Each add waits for a core free of other load (``_common.
+wait_quiet``, the waiting not timed) and the table gives CPU time beside wall time. Adds run in this process (the time of ``history.ingest``); the
 measured commands at 100 and 1,000 labels run as fresh ``python -m param_compute.history``
 children (peak RSS from ``os.wait4``).
 
@@ -38,6 +39,7 @@ from typing import List, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _common import wait_quiet  # noqa: E402
 from param_compute.history.ingest import add_results  # noqa: E402
 from param_compute.history.store import open_store  # noqa: E402
 from param_compute.results.file import ResultsStream  # noqa: E402
@@ -104,11 +106,13 @@ def main() -> int:
     ingest_s = ingest_cpu = read_s = 0.0
     rows = []
     problems = []
+    crowded = 0
     with open_store(str(db), create=True) as store:
         for index in range(1, args.labels + 1):
             path = work / f"r{index}.json"
             _write(path, index, args.configs, rng)
             label = f"L{index:04d}"
+            crowded += not wait_quiet()
             if index in (100, args.labels):  # the measured adds: fresh processes
                 wall, cpu, rss, output, code = _measured(["add", str(path), "--label", label,
                                                           "--db", str(db)])
@@ -159,6 +163,8 @@ def main() -> int:
         verdicts.append(("check memory flat", checks[1][3] <= FLAT_RATIO * checks[0][3]))
         verdicts.append(("add memory flat", adds[1][3] <= FLAT_RATIO * adds[0][3]))
     print()
+    print(f"{args.labels - crowded} of {args.labels} adds started with a core free of other "
+          "load")
     for name, ok in verdicts:
         print(f"{name}: {'pass' if ok else 'MISS'}")
     for problem in problems:
