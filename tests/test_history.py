@@ -345,3 +345,23 @@ def test_damaged_rows_of_a_database_are_left_out_not_a_crash(tmp_path):
     assert "torch.mm|0|0|0 (64×64 f32) [forward] on h1" in shown.stdout
     assert "  ▁  v1 (1)  last 1.000 ms" in shown.stdout  # the damaged point left out
     assert "▁▁  v1 … v2 (2)  last 2.000 ms" in shown.stdout
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    db = tmp_path / "h.db"
+    missing = history("add", tmp_path / "nothere.json", "--label", "v1", db=db)
+    assert missing.returncode == 2 and "nothere.json: no such file" in missing.stderr
+    os.mkfifo(tmp_path / "fifo.json")
+    fifo = history("add", tmp_path / "fifo.json", "--label", "v1", db=db)
+    assert fifo.returncode == 2 and "is a FIFO, not a regular file" in fifo.stderr
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    since = history("check", "--since", "v9", db=db)
+    assert since.returncode == 2 and "--since 'v9': no such label (latest: v1)" in since.stderr
+    keyword = history("show", "-k", "mm and", db=db)
+    assert keyword.returncode == 2 and "-k 'mm and': ends too early" in keyword.stderr
+    label = history("add", write_results(tmp_path / "s.json", header(start="s"),
+                                         [record(0, 1.0)]), "--label", "a\tb", db=db)
+    assert label.returncode == 2 and "at most 200 printable characters" in label.stderr
+    for done in (missing, fifo, since, keyword, label):
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
