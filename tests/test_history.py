@@ -365,3 +365,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert label.returncode == 2 and "at most 200 printable characters" in label.stderr
     for done in (missing, fifo, since, keyword, label):
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_numbers_out_of_the_store_s_range_are_not_a_crash(tmp_path):
+    head = header()
+    head["sys_info"]["pytorch_num_threads"] = 2**70
+    odd = record(0, 1e300)
+    odd["stats"]["forward"]["n"] = 2**62
+    odd["op_name"] = "op\nwith\ttabs \x1b[2J <and> ünïcode"
+    path = write_results(tmp_path / "r.json", head, [odd, record(1, 2**62)])
+    done = history("add", path, "--label", "v1", db=tmp_path / "h.db")
+    assert done.returncode == 0, done.stderr
+    assert "on h1 cpu/x86_64 torch 2.13.0: 2 point(s)" in done.stdout  # no thread count
+    shown = history("show", db=tmp_path / "h.db")
+    # control characters from the data are printed as escapes, never sent to the terminal
+    assert shown.returncode == 0
+    assert "op\\nwith\\ttabs \\x1b[2J <and> ünïcode|0|0|0" in shown.stdout

@@ -102,7 +102,7 @@ def _show(args) -> int:
 
 def _check(args) -> int:
     from param_compute.history.check import judge
-    from param_compute.history.show import describe_step
+    from param_compute.history.show import describe_step, plain
     from param_compute.history.store import open_store
 
     if not args.fail_on_regression > 0:
@@ -115,9 +115,9 @@ def _check(args) -> int:
         verdict = judge(_series(args, store), args.fail_on_regression / 100,
                         args.min_change / 100, args.since, order)
     for finding in verdict.regressions:
-        print(f"regression: {finding.series.name}: {describe_step(finding.step)}")
+        print(f"regression: {plain(finding.series.name)}: {describe_step(finding.step)}")
     for finding in verdict.improvements:
-        print(f"improvement: {finding.series.name}: {describe_step(finding.step)}")
+        print(f"improvement: {plain(finding.series.name)}: {describe_step(finding.step)}")
     since = f" since {args.since}" if args.since else ""
     print(f"{len(verdict.regressions)} regression(s) of at least {args.fail_on_regression:g}%"
           f"{since} in {verdict.series} series; {len(verdict.improvements)} improvement(s)")

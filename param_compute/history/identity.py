@@ -60,7 +60,7 @@ def machine_of(header: Dict[str, Any]) -> Machine:
     arch = _text(info.get("machine"))
     shown_device = device_name or (f"{device}/{arch}" if arch else device)
     threads = info.get("pytorch_num_threads", options.get("num_threads"))
-    threads = threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+    threads = threads if type(threads) is int and 0 < threads < 2**31 else None  # noqa: E721
     torch = _text(info.get("pytorch_version")) or "unknown"
     peaks = machine_key(device_name or shown_device, _text(info.get("cuda_version")) or "-",
                         torch, threads if threads is not None else 0)

@@ -72,6 +72,11 @@ def _number(value: Any) -> Optional[float]:
     return None
 
 
+def _count(value: Any) -> Optional[int]:
+    """A sample size as the store keeps it (a 32-bit column on PostgreSQL), else None."""
+    return value if type(value) is int and 0 <= value < 2**31 else None  # noqa: E721
+
+
 #: Keys of the configs seen lately, by their repr (the same configs come in every file).
 _KEYS: Dict[str, str] = {}
 _MAX_KEYS = 100_000
@@ -115,7 +120,7 @@ def _points(record: Dict[str, Any]):
         median = _number(stats.get("median"))
         if median is None:
             continue
-        n = stats.get("n") if isinstance(stats.get("n"), int) else None
+        n = _count(stats.get("n"))
         yield ((record["op_name"], key, str(name)[:64]), ("op", run_key, config), median,
                _number(stats.get("ci_low")), _number(stats.get("ci_high")), n)
 
@@ -188,7 +193,7 @@ class _StepTotals:
             yield ((STEP_OP, config_key(["step", workload, "in-step"]), "in-step"),
                    ("step", f"step|{workload}", f"{workload}: in-step replay"), in_step,
                    _number(stats.get("ci_low")), _number(stats.get("ci_high")),
-                   stats.get("n") if isinstance(stats.get("n"), int) else None)
+                   _count(stats.get("n")))
 
 
 def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
