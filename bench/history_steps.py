@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -105,6 +106,7 @@ def main() -> int:
                               for n in named).replace("|", "\\|")  # a Markdown table cell
             print(f"| {round_index} | {'20% slower from c4' if slow else 'steady'} | {code} | "
                   f"{shown or '-'} | exit {ref_code} | {'yes' if right else 'NO'} |")
+    shutil.rmtree(work, ignore_errors=True)
     return 1 if wrong else 0
 
 
