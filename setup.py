@@ -14,6 +14,10 @@ setup(
     package_dir={"param_compute.workloads": "workloads"},
     package_data={"param_compute.spec": ["*.json"]},
     install_requires=["torch", "jsonschema>=4.18", "rich>=13", "nvtx>=0.2.5", "matplotlib>=3.7"],
-    extras_require={"fbgemm": ["fbgemm-gpu-cpu==1.8.0"], "gpu": ["nvidia-ml-py"],
+    extras_require={"fbgemm": ["fbgemm-gpu-cpu==1.8.0"],
+                    # GPU clocks and throttle reasons per sample (NVML)
+                    "gpu": ["nvidia-ml-py"],
+                    # python -m param_compute.history --db postgresql://...
+                    "postgres": ["psycopg[binary]>=3.1"],
                     "test": ["pytest>=7", "hypothesis>=6"]},
 )

@@ -33,6 +33,8 @@ def sys_info(device: str, include_torch: bool = True,
         import torch
 
         info["pytorch_version"] = torch.__version__
+        # the commit torch was built from: part of a run's default history label
+        info["pytorch_git_version"] = getattr(torch.version, "git_version", None)
         info["pytorch_num_threads"] = num_threads or torch.get_num_threads()
         if num_threads:
             info["pytorch_default_num_threads"] = torch.get_num_threads()

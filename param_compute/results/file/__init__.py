@@ -6,7 +6,8 @@ run ``{op_name, id, status, ...}`` and a finish line ``{finish_time, ...}``. App
 ``--ncu``/``--nsys`` runs a batch line ``{ncu_file | nsys_file, ...}`` between run lines.
 
 Reading (:class:`ResultsStream` one record at a time, memory by runs; :func:`read_results`
-the whole file; :func:`scan_lines`; :class:`LineReader` a line back at a known offset) is
+the whole file; :func:`scan_lines`; :class:`LineReader` a line back at a known offset;
+:func:`file_digest` the hash of its bytes) is
 bounded: only regular files are opened (a directory, FIFO or device such as ``/dev/zero`` is
 refused with :class:`ResultsFileError`) and a line longer than ``max_line_bytes`` (64 MiB) is
 skipped without being held in memory. The first line must be a header; any other line that
@@ -30,6 +31,7 @@ from param_compute.results.file.reading import (MAX_LINE_BYTES, Line, LineProble
                                                 ResultsStream, iter_results, load_results,
                                                 read_results, read_results_warned,
                                                 scan_lines, stream_results, warn_problem)
+from param_compute.results.file.digest import file_digest
 from param_compute.results.file.schema import (FINISH, HEADER, OTHER, RECORD, RESUME,
                                                line_kind, schema_problem)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
@@ -38,7 +40,8 @@ from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE
 
 __all__ = ["FINISH", "HEADER", "MAX_LINE_BYTES", "OTHER", "RECORD", "RESUME", "SYNC_ENDS",
            "SYNC_EVERY", "SYNC_NONE", "Line", "LineProblem", "LineReader", "ResultsFile",
-           "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "iter_results",
-           "line_kind", "load_results", "measured_passes", "pass_samples", "pass_throughput",
-           "peak_memory_mb", "read_results", "read_results_warned", "repair_tail", "scan_lines",
-           "schema_problem", "stream_results", "warn_problem", "write_results"]
+           "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "file_digest",
+           "iter_results", "line_kind", "load_results", "measured_passes", "pass_samples",
+           "pass_throughput", "peak_memory_mb", "read_results", "read_results_warned",
+           "repair_tail", "scan_lines", "schema_problem", "stream_results", "warn_problem",
+           "write_results"]

@@ -1,0 +1,92 @@
+"""The history database's tables, their version, and the check that a database is one of ours.
+
+One schema for SQLite and PostgreSQL (portable types; ids are given by the store, never by an
+auto-increment of either dialect):
+
+* ``history_meta``: ``app`` (``param_compute.history``) and ``schema_version``;
+* ``machines``: one row per machine identity (host, device, threads, torch, peaks
+  fingerprint), ``fingerprint`` the hash of those facts;
+* ``labels``: the labels (commits, versions, ``--label``), ``id`` in the order first added;
+* ``runs``: one row per ingested results file, ``content_hash`` its identity (the same file
+  twice adds nothing), with its label and machine;
+* ``series``: one row per (machine, op, config, pass) (``kind`` ``op``, or ``step`` for a
+  captured workload's step total);
+* ``points``: one median with its interval per (series, label), the latest run's.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from param_compute.history.backends import Backend, HistoryError
+
+APP = "param_compute.history"
+SCHEMA_VERSION = 1
+
+TABLES = ("history_meta", "machines", "labels", "runs", "series", "points")
+
+DDL: List[str] = [
+    "CREATE TABLE history_meta (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE machines (id INTEGER PRIMARY KEY, fingerprint VARCHAR(64) NOT NULL UNIQUE, "
+    "name TEXT NOT NULL, host TEXT, device TEXT, threads INTEGER, torch TEXT, peaks TEXT, "
+    "facts TEXT)",
+    "CREATE TABLE labels (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, added TEXT)",
+    "CREATE TABLE runs (id INTEGER PRIMARY KEY, content_hash VARCHAR(64) NOT NULL UNIQUE, "
+    "label_id INTEGER NOT NULL REFERENCES labels (id), "
+    "machine_id INTEGER NOT NULL REFERENCES machines (id), path TEXT, start_time TEXT, "
+    "added TEXT, records INTEGER, skipped INTEGER)",
+    "CREATE TABLE series (id INTEGER PRIMARY KEY, "
+    "machine_id INTEGER NOT NULL REFERENCES machines (id), op TEXT NOT NULL, "
+    "config_key VARCHAR(64) NOT NULL, pass VARCHAR(64) NOT NULL, kind VARCHAR(16) NOT NULL, "
+    "run_key TEXT, config TEXT, UNIQUE (machine_id, config_key, pass, op))",
+    "CREATE TABLE points (series_id INTEGER NOT NULL REFERENCES series (id), "
+    "label_id INTEGER NOT NULL REFERENCES labels (id), "
+    "run_id INTEGER NOT NULL REFERENCES runs (id), median DOUBLE PRECISION NOT NULL, "
+    "ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, n INTEGER, "
+    "PRIMARY KEY (series_id, label_id))",
+    "CREATE INDEX points_by_label ON points (label_id)",
+    "CREATE INDEX series_by_op ON series (op)",
+]
+
+
+def ensure(backend: Backend, create: bool) -> None:
+    """Check that ``backend`` holds a history database of this version; with ``create``, an
+    empty database gets the schema (in one transaction). :class:`HistoryError` otherwise: a
+    database of something else, or of a newer version."""
+    tables = set(backend.tables())
+    if not tables:
+        if not create:
+            raise HistoryError(f"{backend.where}: an empty database, no history yet (python -m "
+                               "param_compute.history add RESULTS.json fills it)")
+        with backend.write():
+            if backend.tables():  # another writer created it meanwhile
+                return _check(backend, set(backend.tables()))
+            for statement in DDL:
+                backend.execute(statement)
+            backend.executemany("INSERT INTO history_meta (key, value) VALUES (?, ?)",
+                                [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
+        return
+    _check(backend, tables)
+
+
+def _check(backend: Backend, tables: set) -> None:
+    if "history_meta" not in tables:
+        raise HistoryError(f"{backend.where}: not a param_compute history database (it has "
+                           f"tables, but no history_meta: {', '.join(sorted(tables)[:5])})")
+    meta = {}
+    for key, value in backend.query("SELECT key, value FROM history_meta"):
+        meta[str(key)] = str(value)
+    if meta.get("app") != APP:
+        raise HistoryError(f"{backend.where}: not a param_compute history database "
+                           f"(history_meta.app is {meta.get('app')!r})")
+    version = meta.get("schema_version", "")
+    if not version.isdigit():
+        raise HistoryError(f"{backend.where}: damaged history database (schema_version "
+                           f"{version!r} is not a number)")
+    if int(version) > SCHEMA_VERSION:
+        raise HistoryError(f"{backend.where}: written by a newer param_compute (schema "
+                           f"{version}; this one reads {SCHEMA_VERSION})")
+    missing = [name for name in TABLES if name not in tables]
+    if missing:
+        raise HistoryError(f"{backend.where}: damaged history database (no table "
+                           f"{', '.join(missing)})")

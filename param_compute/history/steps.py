@@ -1,0 +1,183 @@
+"""Step detection: where a series' level changed, by how much, and whether it is real.
+
+Binary segmentation on the medians: within a stretch of labels the split that best separates
+two levels (least squares on the log of a running median of three, so one outlier neither
+pulls the split nor is a level of its own) is a step when
+
+* each side has at least ``min_points`` labels (a single odd label is never a step);
+* the intervals say it is real: for a slowdown the lower median of the later side's interval
+  lows lies above the upper median of the earlier side's interval highs (the mirror for a
+  speed-up), so most runs after the step are beyond most runs before it, noise included;
+* it is beyond the scatter between runs, which each run's interval does not see: the log of
+  its size exceeds ``SCATTER_Z`` standard errors of that scatter (robust: from the median
+  absolute difference between neighbouring labels, or the residuals around the two levels);
+* its size, the median of the later side over the median of the earlier side, is at least
+  ``min_change`` (relative).
+
+Candidates come from binary segmentation with a penalty (each split searched again on both
+sides); each is then judged against its neighbouring levels and the weakest failing one is
+dropped, its levels merged, until every one left is a step. Times: a step up (``change > 0``)
+is a regression. Pure Python, O(n log n) per series.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+from param_compute.history.series import Point
+
+#: Smallest relative step reported by default (2%).
+MIN_CHANGE = 0.02
+#: Labels each side of a step needs at least.
+MIN_POINTS = 2
+#: How many standard errors of the run-to-run scatter a step must exceed.
+SCATTER_Z = 3.0
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int  # the first point of the new level
+    label: str
+    before: float  # the level (median of medians) before
+    after: float
+    change: float  # after / before - 1
+
+    @property
+    def regression(self) -> bool:
+        return self.change > 0
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _lower_median(values: Sequence[float]) -> float:
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def _upper_median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _smoothed_logs(points: Sequence[Point]) -> List[float]:
+    """log of the running median of three (the ends keep their own value against one
+    neighbour: the median of the end, its neighbour and the neighbour's neighbour's level)."""
+    values = [max(p.median, 1e-300) for p in points]
+    n = len(values)
+    if n < 3:
+        return [math.log(v) for v in values]
+    out = [values[0]] + [a + b + c - max(a, b, c) - min(a, b, c)
+                         for a, b, c in zip(values, values[1:], values[2:])] + [values[-1]]
+    out[0] = _median([values[0], out[1], 3 * out[1] - 2 * out[2]])
+    out[-1] = _median([values[-1], out[-2], 3 * out[-2] - 2 * out[-3]])
+    return [math.log(max(v, 1e-300)) for v in out]
+
+
+def _best_split(logs: Sequence[float], start: int, end: int,
+                min_points: int) -> Tuple[int, float]:
+    """The split k (start+min_points .. end-min_points) that minimizes the squared error of
+    two levels, and how much it lowers that error; (-1, 0) when the stretch is too short."""
+    if end - start < 2 * min_points:
+        return -1, 0.0
+    total = math.fsum(logs[start:end])
+    count = end - start
+    best, best_k, running = -math.inf, -1, 0.0
+    for k in range(start, end - min_points):
+        running += logs[k]
+        left = k + 1 - start
+        if left < min_points:
+            continue
+        right_sum = total - running
+        score = running * running / left + right_sum * right_sum / (count - left)
+        if score > best + 1e-15:
+            best, best_k = score, k + 1
+    return best_k, best - total * total / count
+
+
+def _noise(logs: Sequence[float]) -> float:
+    """The scatter of a series between neighbouring labels (log units, robust: from the
+    median absolute difference, so a few steps or outliers do not count)."""
+    differences = sorted(abs(b - a) for a, b in zip(logs, logs[1:]))
+    return 1.4826 * differences[len(differences) // 2] / math.sqrt(2) if differences else 0.0
+
+
+def _penalty(noise: float, n: int, min_change: float) -> float:
+    """How much a split must lower the squared error to be a candidate: noise² times 3 ln n,
+    and at least what a ``min_change`` step between two pairs of labels gives."""
+    return max(3 * noise * noise * math.log(max(n, 2)), math.log1p(min_change) ** 2 / 2)
+
+
+def _judge(points: Sequence[Point], start: int, split: int, end: int, min_change: float,
+           noise: float) -> Step | None:
+    before, after = points[start:split], points[split:end]
+    level_before = _median([p.median for p in before])
+    level_after = _median([p.median for p in after])
+    if level_before <= 0 or level_after <= 0:
+        return None
+    change = level_after / level_before - 1
+    if abs(change) < min_change:
+        return None
+    # beyond the scatter between runs (which the runs' own intervals do not see)
+    logs_before = [math.log(max(p.median, 1e-300)) for p in before]
+    logs_after = [math.log(max(p.median, 1e-300)) for p in after]
+    residuals = sorted([abs(x - math.log(level_before)) for x in logs_before]
+                       + [abs(x - math.log(level_after)) for x in logs_after])
+    scatter = max(noise, 1.4826 * residuals[len(residuals) // 2])
+    if abs(math.log(level_after / level_before)) <= SCATTER_Z * scatter * math.sqrt(
+            1 / len(before) + 1 / len(after)):
+        return None
+    if change > 0:
+        real = _lower_median([p.lower for p in after]) > _upper_median([p.upper for p in before])
+    else:
+        real = _upper_median([p.upper for p in after]) < _lower_median([p.lower for p in before])
+    if not real:
+        return None
+    return Step(split, points[split].label, level_before, level_after, change)
+
+
+def _candidates(logs: Sequence[float], noise: float, min_change: float,
+                min_points: int) -> List[int]:
+    """Change points by binary segmentation with a penalty (no judging yet)."""
+    penalty = _penalty(noise, len(logs), min_change)
+    found: List[int] = []
+    stretches = [(0, len(logs))]
+    while stretches:
+        start, end = stretches.pop()
+        split, gain = _best_split(logs, start, end, min_points)
+        if split < 0 or gain <= penalty:
+            continue
+        found.append(split)
+        stretches += [(start, split), (split, end)]
+    return sorted(found)
+
+
+def detect(points: Sequence[Point], min_change: float = MIN_CHANGE,
+           min_points: int = MIN_POINTS) -> List[Step]:
+    """The steps of a series, in label order (see the module docstring): candidates from
+    binary segmentation, each judged against its neighbouring levels; the weakest failing
+    candidate is dropped (its levels merge) until every one left is a step."""
+    if len(points) < 2 * min_points:
+        return []
+    noise = _noise([math.log(max(p.median, 1e-300)) for p in points])
+    splits = _candidates(_smoothed_logs(points), noise, min_change, min_points)
+    while True:
+        bounds = [0, *splits, len(points)]
+        steps = [_judge(points, bounds[i], bounds[i + 1], bounds[i + 2], min_change, noise)
+                 if bounds[i + 1] - bounds[i] >= min_points
+                 and bounds[i + 2] - bounds[i + 1] >= min_points else None
+                 for i in range(len(splits))]
+        failing = [i for i, step in enumerate(steps) if step is None]
+        if not failing:
+            return [step for step in steps if step is not None]
+        weakest = min(failing, key=lambda i: abs(_plain_change(points, bounds[i],
+                                                               bounds[i + 1], bounds[i + 2])))
+        del splits[weakest]
+
+
+def _plain_change(points: Sequence[Point], start: int, split: int, end: int) -> float:
+    before = _median([p.median for p in points[start:split]])
+    return _median([p.median for p in points[split:end]]) / before - 1 if before > 0 else 0.0
