@@ -15,6 +15,7 @@ from param_compute.dtypes import (DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES
                                   is_differentiable)
 from param_compute.errors import did_you_mean
 from param_compute.spec import fastpath
+from param_compute.spec.float_data import profile_problems
 from param_compute.spec.index_data import structure_problems
 from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR,
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
@@ -200,6 +201,8 @@ class DataSpecChecks:
         self._check_tensor_layout(spec, path, None if "shape" in (spec.get(ATTR_LIST) or [])
                                   else shape)
         for where, message, hint in structure_problems(spec):  # distribution, bags, pool_window
+            self.problem(path + where, message, hint)
+        for where, message, hint in profile_problems(spec):  # value_profile (floats)
             self.problem(path + where, message, hint)
 
     def _check_tensor_layout(self, spec, path, shape) -> None:

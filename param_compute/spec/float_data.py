@@ -1,0 +1,87 @@
+"""Floating-point tensors whose values are not ordinary: what a spec may say about them, checked.
+
+One optional key of a ``tensor`` data spec (floating dtypes only: ``float16``, ``bfloat16``,
+``float32``, ``float64`` and their other names) says which share of its values is special,
+because some kernels' speed depends on it (a CPU ``sqrt`` over subnormals, or over randomly
+placed zeros, runs several times slower than over ordinary values):
+
+``value_profile``: ``{"zeros": Z, "subnormal": S}``, the fractions of exact zeros and of
+  subnormal values (nonzero, smaller in magnitude than the dtype's smallest normal number),
+  each in [0, 1], ``Z + S <= 1``, either key optional (0 when absent). The data generator
+  (``runtime.data``) makes each element independently a zero with probability Z, a positive
+  subnormal with probability S, and otherwise what it would have been without the key.
+
+A live capture (``capture.value_profile``) writes the key only where it is significant
+(``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ
+by sampling noise still fold into one config. Validation checks it with ``profile_problems``.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+from param_compute.dtypes import DTYPE_NAMES
+
+VALUE_PROFILE = "value_profile"
+PROFILE_KEYS = ("zeros", "subnormal")
+#: Torch dtype names (``DTYPE_NAMES`` values) of the tensors a profile applies to.
+FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
+#: A captured profile is written when one of its fractions reaches this.
+SIGNIFICANT = {"zeros": 0.01, "subnormal": 0.001}
+#: Significant digits a captured fraction keeps.
+DIGITS = 2
+
+
+def round_fraction(value: float) -> float:
+    """``value`` (a fraction) to ``DIGITS`` significant digits, kept within [0, 1]."""
+    if not value > 0:
+        return 0.0
+    if value >= 1:
+        return 1.0
+    digits = DIGITS - 1 - math.floor(math.log10(value))
+    return min(1.0, round(value, digits))
+
+
+def profile_of(zeros: float, subnormal: float) -> Optional[Dict[str, float]]:
+    """The ``value_profile`` a capture writes for a tensor with these fractions of zeros and
+    subnormals, or None when neither is significant. A fraction below its threshold is written
+    as 0, the others rounded (``round_fraction``)."""
+    fractions = {"zeros": zeros, "subnormal": subnormal}
+    if all(fractions[key] < SIGNIFICANT[key] for key in PROFILE_KEYS):
+        return None
+    return {key: round_fraction(fractions[key]) if fractions[key] >= SIGNIFICANT[key] else 0.0
+            for key in PROFILE_KEYS}
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and 0 <= value <= 1
+
+
+def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[str]]]:
+    """(path under the tensor spec, message, hint) for each problem of its ``value_profile``."""
+    if VALUE_PROFILE not in spec:
+        return []
+    profile = spec[VALUE_PROFILE]
+    where = (VALUE_PROFILE,)
+    dtype = spec.get("dtype")
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES and DTYPE_NAMES[dtype] not in FLOAT_DTYPES:
+        return [(where, f"value_profile applies to floating tensors, not {dtype}",
+                 "use a floating dtype (float, half, bfloat16, double) or drop it")]
+    if not isinstance(profile, dict):
+        return [(where, 'value_profile is an object {"zeros": FRACTION, "subnormal": FRACTION}',
+                 None)]
+    problems: List[Tuple[tuple, str, Optional[str]]] = [
+        (where + (key,), f"unknown key {str(key)[:40]!r}",
+         f"known keys: {', '.join(PROFILE_KEYS)}") for key in profile if key not in PROFILE_KEYS]
+    for key in PROFILE_KEYS:
+        if key in profile and not _fraction(profile[key]):
+            problems.append((where + (key,), f"{key} is a fraction in [0, 1], got "
+                                             f"{str(profile[key])[:40]}", None))
+    if not problems and sum(profile.get(key, 0) for key in PROFILE_KEYS) > 1:
+        problems.append((where, f"zeros + subnormal is "
+                                f"{sum(profile.get(key, 0) for key in PROFILE_KEYS):g}, more "
+                                "than 1 (all the values)", None))
+    return problems
