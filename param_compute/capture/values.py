@@ -1,5 +1,6 @@
-"""Argument values -> data specs: tensors keep dtype, shape, strides and device; scalars, lists,
-None, devices, dtypes, layouts and memory formats keep their values.
+"""Argument values -> data specs: tensors keep dtype, shape, strides and device (live floating
+tensors with many zeros or subnormals a ``value_profile``); scalars, lists, None, devices,
+dtypes, layouts and memory formats keep their values.
 
 ``tensor_spec`` is shared by both capture paths; ``live_spec`` converts the Python values a
 ``TorchDispatchMode`` sees (an execution trace's values are converted in ``execution_trace``,
@@ -90,7 +91,8 @@ def is_contiguous(shape: Sequence[int], stride: Sequence[int]) -> bool:
 
 def tensor_spec(dtype: str, shape: Sequence[int], stride: Optional[Sequence[int]],
                 device: str, storage_offset: int = 0,
-                value_range: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+                value_range: Optional[Sequence[int]] = None,
+                value_profile: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """A data spec recreating a tensor: non-contiguous strides and a storage offset kept
     (dropped later where they don't matter), no grad (replayed ops run below autograd)."""
     spec: Dict[str, Any] = {"type": "tensor", "dtype": dtype, "shape": list(shape)}
@@ -100,6 +102,8 @@ def tensor_spec(dtype: str, shape: Sequence[int], stride: Optional[Sequence[int]
         spec["storage_offset"] = int(storage_offset)
     if value_range is not None:
         spec["value_range"] = [int(value_range[0]), int(value_range[1])]
+    if value_profile is not None:
+        spec["value_profile"] = dict(value_profile)
     spec["requires_grad"] = False
     spec["device"] = device
     return spec
@@ -122,6 +126,8 @@ def _enum_name(value: Any, names: Sequence[str], kind: str) -> str:
 def live_tensor(tensor) -> Dict[str, Any]:
     import torch
 
+    from param_compute.capture.value_profile import value_profile
+
     if tensor.layout != torch.strided:
         raise Unreplayable(f"a {tensor.layout} tensor argument (only strided tensors replay)")
     if tensor.is_quantized or getattr(tensor, "is_nested", False):
@@ -137,7 +143,7 @@ def live_tensor(tensor) -> Dict[str, Any]:
     if dtype in INTEGER_SPEC_DTYPES and tensor.numel() > 0:
         value_range = (int(tensor.min()), int(tensor.max()))
     return tensor_spec(dtype, tensor.shape, tensor.stride(), str(tensor.device),
-                       tensor.storage_offset(), value_range)
+                       tensor.storage_offset(), value_range, value_profile(tensor))
 
 
 def live_spec(value: Any) -> Dict[str, Any]:

@@ -1,0 +1,165 @@
+"""Float tensors with many zeros or subnormals: the captured ``value_profile`` and its replay.
+
+A live capture (``--run``) writes the profile of a mostly-zero input and none for ordinary
+values; the generator reproduces the fractions in every floating dtype, on strided tensors too;
+a spec without the key generates what it did before; bad profiles are refused naming their
+JSON path; a step replay's generated external inputs carry the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from conftest import run_cli
+from param_compute.capture.live import capture_ops
+from param_compute.capture.value_profile import sample, value_profile
+from param_compute.errors import SpecError, format_json_path
+from param_compute.runtime.data import materialize, seed_generators
+from param_compute.runtime.session import Toolchain
+from param_compute.spec.float_data import profile_of, round_fraction
+
+SQRT = "aten::sqrt(Tensor self) -> Tensor"
+
+
+def _sqrt_spec(tensor_spec):
+    return {"aten::sqrt": {"input_data_generator": "PyTorch:DefaultDataGenerator",
+                           "build_data_generator": "PyTorch:DefaultDataGenerator",
+                           "config": [{"build": [{"args": [{"type": "str", "value": SQRT}]}],
+                                       "input": [{"args": [tensor_spec]}]}]}}
+
+
+def _fractions(tensor):
+    tiny = torch.finfo(tensor.dtype).tiny
+    magnitude = tensor.detach().abs()
+    return (float((tensor == 0).float().mean()),
+            float(((magnitude < tiny) & (magnitude > 0)).float().mean()))
+
+
+def test_capture_run_writes_the_profile_of_a_mostly_zero_input(tmp_path):
+    (tmp_path / "adam_like.py").write_text(textwrap.dedent("""
+        import torch
+        state = torch.zeros(1000, 64)   # rows never touched stay exactly 0
+        state[:380] = torch.rand(380, 64) + 0.5
+        ordinary = torch.rand(1000, 64) + 0.5
+
+        def step():
+            state.sqrt()
+            ordinary.sqrt()
+    """))
+    spec_path = tmp_path / "out.json"
+    result = run_cli("--run", "adam_like:step", "-o", spec_path,
+                     module="param_compute.cli.capture", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(spec_path.read_text())
+    inputs = [i["args"][0] for c in spec["aten::sqrt"]["config"] for i in c["input"]]
+    assert len(inputs) == 2  # the two inputs differ only in their profile: two configs
+    profiles = sorted((a.get("value_profile") for a in inputs), key=lambda p: p is not None)
+    assert profiles == [None, {"zeros": 0.62, "subnormal": 0.0}]
+    out = tmp_path / "results.json"
+    assert run_cli("-c", spec_path, "--output", out, "-i", "2").returncode == 0
+
+
+def test_capture_profiles_subnormals_rounds_and_leaves_ordinary_tensors_alone():
+    x = torch.rand(200, 50) + 0.1
+    x.view(-1)[:37] = 0  # 0.37% zeros: not significant
+    x.view(-1)[100:100 + 123] = 1e-40  # 1.23% subnormal
+    before = x.clone()
+    assert value_profile(x) == {"zeros": 0.0, "subnormal": 0.012}
+    assert torch.equal(x, before)
+    assert value_profile(torch.rand(64) + 0.5) is None
+    assert value_profile(torch.zeros(0)) is None
+    assert value_profile(torch.zeros(3, dtype=torch.long)) is None
+    with capture_ops() as cap:
+        torch.zeros(4, 4, dtype=torch.float16).mul(2)
+    [config] = cap.spec()["aten::mul"]["config"]
+    assert config["input"][0]["args"][0]["value_profile"] == {"zeros": 1.0, "subnormal": 0.0}
+    assert [round_fraction(v) for v in (0.6249, 0.0123456, 0.999, 1.0, 0.0)] == [
+        0.62, 0.012, 1.0, 1.0, 0.0]
+    assert profile_of(0.009, 0.0009) is None
+
+
+def test_huge_tensors_are_counted_on_a_strided_sample_of_at_most_the_limit():
+    table = torch.zeros(3000, 700)
+    table[::2] = 1.0  # every other row touched
+    view = sample(table, limit=100_000)
+    assert view.numel() <= 100_000 and view.data_ptr() == table.data_ptr()  # a view, no copy
+    assert sample(table[:, :3], limit=100_000).shape == (3000, 3)
+    zeros, _ = _fractions(view)
+    assert 0.4 < zeros < 0.6
+
+
+@pytest.mark.parametrize("dtype", ["float", "half", "bfloat16", "double"])
+def test_the_generator_reproduces_the_fractions(dtype):
+    spec = {"type": "tensor", "dtype": dtype, "shape": [400, 250],
+            "value_profile": {"zeros": 0.62, "subnormal": 0.05}}
+    seed_generators(5)
+    tensor = materialize(spec, "cpu")
+    zeros, subnormal = _fractions(tensor)
+    assert abs(zeros - 0.62) < 0.01 and abs(subnormal - 0.05) < 0.005
+    rest = tensor.detach()[tensor.detach().abs() >= torch.finfo(tensor.dtype).tiny]
+    assert float(rest.min()) >= 0 and float(rest.max()) <= 1  # the others as before
+    seed_generators(5)
+    assert torch.equal(materialize(spec, "cpu"), tensor)  # seeded: the same data
+    zeros_at = (tensor == 0).view(-1).nonzero().view(-1)
+    assert int(zeros_at.min()) < 1000 and int(zeros_at.max()) > 99_000  # spread out
+
+
+def test_a_strided_tensor_gets_the_profile_over_its_storage():
+    spec = {"type": "tensor", "dtype": "float", "shape": [300, 200], "stride": [1, 300],
+            "value_profile": {"zeros": 0.5}}
+    seed_generators(1)
+    tensor = materialize(spec, "cpu")
+    assert tensor.stride() == (1, 300)
+    assert abs(_fractions(tensor)[0] - 0.5) < 0.02
+
+
+def test_a_spec_without_the_key_generates_exactly_as_before():
+    plain = {"type": "tensor", "dtype": "float", "shape": [64, 8], "value_range": [-2, 3]}
+    seed_generators(7)
+    generated = materialize(plain, "cpu")
+    seed_generators(7)
+    assert torch.equal(generated, torch.rand(64, 8).mul_(5).add_(-2))
+    seed_generators(7)
+    zero_profile = materialize({**plain, "value_profile": {"zeros": 0, "subnormal": 0}}, "cpu")
+    assert torch.equal(zero_profile, generated)
+
+
+@pytest.mark.parametrize("tensor_spec, where, words", [
+    ({"dtype": "float", "value_profile": {"zeros": 1.5}}, "args[0].value_profile.zeros",
+     "zeros is a fraction in [0, 1], got 1.5"),
+    ({"dtype": "float", "value_profile": {"subnormal": -0.1}},
+     "args[0].value_profile.subnormal", "subnormal is a fraction in [0, 1], got -0.1"),
+    ({"dtype": "float", "value_profile": {"zeros": 0.7, "subnormal": 0.4}},
+     "args[0].value_profile", "zeros + subnormal is 1.1, more than 1"),
+    ({"dtype": "long", "value_profile": {"zeros": 0.5}}, "args[0].value_profile",
+     "value_profile applies to floating tensors, not long"),
+    ({"dtype": "float", "value_profile": {"zero": 0.5}}, "args[0].value_profile.zero",
+     "unknown key 'zero'"),
+    ({"dtype": "float", "value_profile": [0.5]}, "args[0].value_profile",
+     "expected object, got array"),
+])
+def test_bad_profiles_are_refused_naming_their_json_path(tmp_path, tensor_spec, where, words):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(_sqrt_spec({"type": "tensor", "shape": [4], **tensor_spec})))
+    with pytest.raises(SpecError) as info:
+        Toolchain.start().load(path)
+    found = [(format_json_path(p.path), p.message) for p in info.value.problems]
+    assert any(where in at and words in message for at, message in found), found
+    assert str(path) in info.value.render()
+
+
+def test_step_replay_generates_external_inputs_with_the_profile(tmp_path):
+    from test_step_replay import _replay
+
+    state = torch.zeros(500, 40)
+    state[:100] = torch.rand(100, 40) + 0.5
+    with capture_ops() as cap:
+        state.sqrt().mul(2)
+    cap.write(tmp_path / "step.json")
+    replay = _replay(tmp_path / "step.json")
+    [external] = replay.externals.values()
+    assert abs(_fractions(external)[0] - 0.8) < 0.03
