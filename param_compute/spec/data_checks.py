@@ -14,8 +14,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from param_compute.dtypes import (DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES, NON_FINITE_FLOATS,
                                   is_differentiable)
 from param_compute.errors import did_you_mean
-from param_compute.spec import fastpath
-from param_compute.spec.float_data import profile_problems
+from param_compute.spec import fastpath, float_data
 from param_compute.spec.index_data import structure_problems
 from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT_ITERATOR,
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
@@ -200,9 +199,7 @@ class DataSpecChecks:
         # must match; the alternatives of a __list__ shape are not checked here.
         self._check_tensor_layout(spec, path, None if "shape" in (spec.get(ATTR_LIST) or [])
                                   else shape)
-        for where, message, hint in structure_problems(spec):  # distribution, bags, pool_window
-            self.problem(path + where, message, hint)
-        for where, message, hint in profile_problems(spec):  # value_profile (floats)
+        for where, message, hint in structure_problems(spec) + float_data.profile_problems(spec):
             self.problem(path + where, message, hint)
 
     def _check_tensor_layout(self, spec, path, shape) -> None:
