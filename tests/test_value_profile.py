@@ -77,8 +77,9 @@ def test_capture_profiles_subnormals_rounds_and_leaves_ordinary_tensors_alone():
         torch.zeros(4, 4, dtype=torch.float16).mul(2)
     [config] = cap.spec()["aten::mul"]["config"]
     assert config["input"][0]["args"][0]["value_profile"] == {"zeros": 1.0, "subnormal": 0.0}
-    assert [round_fraction(v) for v in (0.6249, 0.0123456, 0.999, 1.0, 0.0)] == [
-        0.62, 0.012, 1.0, 1.0, 0.0]
+    assert [round_fraction(v) for v in (0.6249, 0.0123456, 0.999, 0.99990, 0.99996, 1.0, 0.0,
+                                        0.5, 0.9512)] == [
+        0.62, 0.012, 0.999, 0.9999, 0.99996, 1.0, 0.0, 0.5, 0.951]
     assert profile_of(0.009, 0.0009) is None
 
 

@@ -30,18 +30,25 @@ PROFILE_KEYS = ("zeros", "subnormal")
 FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
 #: A captured profile is written when one of its fractions reaches this.
 SIGNIFICANT = {"zeros": 0.01, "subnormal": 0.001}
-#: Significant digits a captured fraction keeps.
+#: Significant digits a captured fraction keeps (of its complement, above one half).
 DIGITS = 2
 
 
 def round_fraction(value: float) -> float:
-    """``value`` (a fraction) to ``DIGITS`` significant digits, kept within [0, 1]."""
+    """``value`` (a fraction) to ``DIGITS`` significant digits, kept within [0, 1]; above one
+    half its complement is rounded instead, so that a fraction short of 1 never reads as 1
+    (one nonzero per 10,000-wide row is 0.9999 zeros, not a tensor of zeros)."""
     if not value > 0:
         return 0.0
     if value >= 1:
         return 1.0
-    digits = DIGITS - 1 - math.floor(math.log10(value))
-    return min(1.0, round(value, digits))
+    if value > 0.5:
+        return round(1.0 - _significant(1.0 - value), 12)
+    return _significant(value)
+
+
+def _significant(value: float) -> float:
+    return round(value, DIGITS - 1 - math.floor(math.log10(value)))
 
 
 def profile_of(zeros: float, subnormal: float) -> Optional[Dict[str, float]]:
