@@ -222,3 +222,12 @@ def test_timer_kernel_needs_a_cuda_device(tmp_path):
 def test_reading_throttled_ignores_idle_and_application_clocks():
     assert not Reading(1980, IDLE | APP_CLOCKS).throttled
     assert Reading(1400, SW_THERMAL).throttled
+
+
+def test_discard_throttled_is_refused_without_a_gpu(tmp_path):
+    result = run_cli("-c", EXAMPLES / "simple_add.json", "--discard-throttled",
+                     "--output", tmp_path / "r.json")
+    assert result.returncode == 2
+    assert "--discard-throttled drops samples taken while a GPU throttled" in result.stderr
+    assert "needs -d cuda" in result.stderr
+    assert not (tmp_path / "r.json").exists()

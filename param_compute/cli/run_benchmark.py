@@ -111,7 +111,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def options_from_args(args: argparse.Namespace) -> RunOptions:
     """The parsed command line as ``RunOptions`` (each flag's field: ``runtime.flags``), with
     PARAM's allowances: ``--cuda-graph`` off a CUDA device is dropped with a warning, and
-    ``--cupti-profiler`` turns ``-p`` on (it runs under the PyTorch profiler)."""
+    ``--cupti-profiler`` turns ``-p`` on (it runs under the PyTorch profiler); a GPU-only
+    ``--discard-throttled`` off a CUDA device is refused."""
     from param_compute.profiling.cupti import settings_from_args as cupti_settings
 
     values = values_from_args(RunOptions, args)
@@ -119,6 +120,9 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         log.warning("--cuda-graph needs a CUDA device; running on %s without it",
                     values["device"])
         values["cuda_graph"] = False  # as PARAM does
+    if values["discard_throttled"] and not values["device"].startswith("cuda"):
+        raise OptionsError("--discard-throttled drops samples taken while a GPU throttled "
+                           "(read through NVML): it needs -d cuda")
     if cupti_settings(args, values["device"]) is not None and not values["profile"]:
         log.warning("--cupti-profiler runs under the PyTorch profiler: -p added")
         values["profile"] = True
