@@ -16,11 +16,14 @@ from html import escape
 from pathlib import Path
 from typing import Iterable, List, Set, Tuple
 
+from param_compute.errors import OptionsError
 from param_compute.formatting import format_ms
+from param_compute.history.backends import HistoryError
 from param_compute.history.plot import series_svg
 from param_compute.history.series import Series
 from param_compute.history.steps import Step, detect
 from param_compute.history.store import HistoryStore
+from param_compute.results.outputs import write_output
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -137,5 +140,8 @@ def write_report(store: HistoryStore, all_series: Iterable[Series], output: Path
             f"steps first; --max-plots)</p>{''.join(plots)}"
             f"<script>{SCRIPT}</script></body></html>")
     index = output / "index.html"
-    index.write_text(page, encoding="utf-8")
+    try:  # checked as every output is: never through a link, never a directory or FIFO
+        write_output("index.html", index, page)
+    except OptionsError as exc:
+        raise HistoryError(str(exc)) from None
     return index

@@ -119,9 +119,11 @@ def write_summary(results: Path, trace_file: Path, settings: CuptiSettings) -> P
     """Summarize the trace's counters into ``RESULTS_cupti.json``; say when it holds none."""
     summary = summarize_trace(trace_file, settings.metrics)
     path = Path(f"{Path(results).with_suffix('')}_cupti.json")
-    path.write_text(json.dumps({"trace_file": str(trace_file), "metrics": list(settings.metrics),
+    from param_compute.results.outputs import write_new
+
+    write_new(path, json.dumps({"trace_file": str(trace_file), "metrics": list(settings.metrics),
                                 "per_kernel": settings.per_kernel, "runs": summary}, indent=1)
-                    + "\n", encoding="utf-8")
+              + "\n")  # a new file renamed into place: never written through a planted link
     if not summary:
         log.warning("--cupti-profiler: the trace holds no CUPTI range (this torch build's Kineto "
                     "may lack the range profiler, or reading counters needs permission: "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from param_compute.errors import OptionsError
 from param_compute.plan.runkey import RunKeyError, RunKey, key_of
 from param_compute.results.file import ResultsFileError, read_results_warned
 
@@ -221,7 +222,9 @@ def render(table: KernelTable, console, title: str, max_rows: int = 200) -> None
 
 def write_csv(table: KernelTable, path: Path) -> None:
     """Every row: op, id, pass, kernel, launches, mean and total duration (ns), metric means."""
-    with open(path, "w", newline="", encoding="utf-8") as stream:
+    from param_compute.results.outputs import open_output
+
+    with open_output("--csv", path) as stream:  # never through a link (OptionsError)
         writer = csv.writer(stream)
         writer.writerow(["op", "id", "pass", "kernel", "launches", "duration_ns_mean",
                          "duration_ns_total", *table.metric_names])
@@ -291,6 +294,9 @@ def run_report(results: Path, kind: str, join_batch: Callable[[BatchRecord, Kern
     if csv_path is not None:
         try:
             write_csv(table, csv_path)
+        except OptionsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
         except OSError as exc:
             print(f"error: cannot write {csv_path}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID

@@ -45,6 +45,7 @@ from typing import Dict, List, Optional
 from param_compute.plan.runkey import key_of
 from param_compute.results.comparison import (GATE_REASONS, CompareReport, PassKey, Row,
                                               compare_files, compare_streams, settings_diff)
+from param_compute.errors import OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.results.significance import Comparison
 from param_compute.formatting import format_ms
@@ -165,9 +166,12 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
         _listed(console, label, [_key_text(k) for k in keys])
 
 
-def write_csv(report: CompareReport, path: Path) -> None:
-    """Every compared row, then every pass that failed the gate (its reason as the verdict)."""
-    with open(path, "w", encoding="utf-8", newline="") as stream:
+def write_csv(report: CompareReport, path: Path, inputs: Dict[str, Optional[Path]] = {}) -> None:
+    """Every compared row, then every pass that failed the gate (its reason as the verdict).
+    ``OptionsError`` where ``path`` is no place for an output (``results.outputs``)."""
+    from param_compute.results.outputs import open_output
+
+    with open_output("--csv", path, inputs) as stream:
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(CSV_COLUMNS)
         for row in report.rows:
@@ -244,19 +248,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     render(report, args.base, args.new, console, args.max_rows, args.alpha)
     if not report.rows:
         console.print("no run measured in both files")
+    inputs = {"BASE": args.base, "NEW": args.new}
     if args.csv is not None:
         try:
-            write_csv(report, args.csv)
+            write_csv(report, args.csv, inputs)
+        except OptionsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
         except OSError as exc:
             print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
         console.print(f"csv: {args.csv}", highlight=False)
     if args.html is not None:
         from param_compute.results.compare_html import compare_html
+        from param_compute.results.outputs import write_output
 
         try:
-            args.html.write_text(compare_html(report, args.base, args.new, args.alpha),
-                                 encoding="utf-8")
+            write_output("--html", args.html,
+                         compare_html(report, args.base, args.new, args.alpha),
+                         dict(inputs, **{"--csv": args.csv}))
+        except OptionsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
         except OSError as exc:
             print(f"error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID

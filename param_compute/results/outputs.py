@@ -24,7 +24,7 @@ import secrets
 import shutil
 import stat
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Union
 
 from param_compute.errors import OptionsError
 
@@ -171,7 +171,7 @@ def open_new(path: Path, append: bool = False, exclusive: bool = False):
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8", newline="")
 
 
-def write_new(path: Path, text: str) -> None:
+def write_new(path: Path, text: Union[str, bytes]) -> None:
     """Write ``text`` as the file ``path``: into a new file beside it (a random name, created
     with ``O_EXCL | O_NOFOLLOW``), renamed over ``path`` once complete (atomic: a reader never
     sees half a file; whatever was at ``path``, a planted link included, is replaced, never
@@ -181,8 +181,12 @@ def write_new(path: Path, text: str) -> None:
     temp = path.with_name(f".{path.name[:100]}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as binary:
+                binary.write(text)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
+                stream.write(text)
         os.replace(temp, path)
     except BaseException:
         try:
@@ -190,3 +194,19 @@ def write_new(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def write_output(flag: str, path: Path, text: Union[str, bytes],
+                 inputs: Mapping[str, Optional[Path]] = {}) -> None:
+    """A tool's output file (a report, a compare page), checked as a run's outputs are
+    (``check_outputs``: never a link, a directory, a FIFO or an input; ``OptionsError``), then
+    written whole with ``write_new``."""
+    check_outputs({flag: Path(path)}, inputs)
+    write_new(Path(path), text)
+
+
+def open_output(flag: str, path: Path, inputs: Mapping[str, Optional[Path]] = {}):
+    """A text stream for a tool's output file (a CSV), checked as ``write_output`` checks;
+    opened with ``open_new`` (never through a link)."""
+    check_outputs({flag: Path(path)}, inputs)
+    return open_new(Path(path))

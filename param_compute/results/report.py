@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
+from param_compute.errors import OptionsError
 from param_compute.formatting import format_ms
 from param_compute.plan.summary import config_label
 from param_compute.results.fields import measured_passes, pass_throughput
@@ -30,6 +31,7 @@ from param_compute.results.file import (ResultsFile, ResultsFileError, ResultsSt
                                         stream_results)
 from param_compute.results.html_page import definitions, e as _e, page
 from param_compute.results.ledger import build_ledger, ledger_fields
+from param_compute.results.outputs import check_outputs, write_new
 from param_compute.results.plots import plot_sweep
 from param_compute.results.report_workload import workload_html
 from param_compute.results.roofline import roofline_section
@@ -166,7 +168,7 @@ def _sweep_html(sweep: Sweep, number: int, png_dir: Optional[Path]) -> str:
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in sweep.op)
-        (png_dir / f"{number:02d}_{safe}.png").write_bytes(png)
+        write_new(png_dir / f"{number:02d}_{safe}.png", png)  # never through a planted link
     points = sum(len(line.points) for line in sweep.lines)
     kind = ("grouped bars, a group per value" if sweep.categories
             else "a grid sweep, plotted against its estimated work" if sweep.scatter else "")
@@ -326,6 +328,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: the report {output} would overwrite the results file; give -o",
               file=sys.stderr)
         return 2
+    try:  # before anything is read: never a link, a directory, a FIFO or the input
+        check_outputs({"-o/--output": output}, {"results": args.results})
+    except OptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:  # one pass; unusable lines warned (file:line) as they are met and left out
         results = stream_results(args.results)
         text, sweeps = build_report(results, args.title, args.png_dir)
@@ -333,8 +340,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        write_new(output, text)
     except OSError as exc:
         print(f"error: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
