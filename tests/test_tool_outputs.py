@@ -77,3 +77,27 @@ def test_history_report_never_writes_through_a_planted_index(tmp_path, victim):
     assert result.returncode == 2
     assert "index.html" in result.stderr and "is a symbolic link" in result.stderr
     assert victim.read_text() == VICTIM_TEXT
+
+
+def test_ab_refuses_a_planted_link_before_any_process_runs(tmp_path, victim):
+    out = tmp_path / "ab"
+    out.mkdir()
+    _planted(out, victim, "b.json")
+    result = run_cli("-c", Path(__file__).parents[1] / "examples" / "configs" / "simple_add.json",
+                     "--a", "-i 3", "--b", "-i 3", "--rounds", "1", "-o", out,
+                     module="param_compute.cli.ab")
+    assert result.returncode == 2
+    assert f"side B's results {out / 'b.json'}: is a symbolic link" in result.stderr
+    assert "round 1" not in result.stderr  # nothing ran
+    assert victim.read_text() == VICTIM_TEXT
+
+
+def test_history_report_names_a_file_given_as_its_folder(tmp_path, victim):
+    db = tmp_path / "h.db"
+    done = history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]),
+                   "--label", "c1", db=db)
+    assert done.returncode == 0, done.stderr
+    result = history("report", "-o", victim, db=db)
+    assert result.returncode == 2
+    assert f"-o {victim}: not a directory" in result.stderr
+    assert victim.read_text() == VICTIM_TEXT

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import param_compute
-from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED
+from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED, OptionsError
+from param_compute.results.file import ResultsFileError
+from param_compute.results.outputs import check_outputs
 
 #: run_benchmark flags (their ``dest``) a side may not set: ab sets them, or they change where
 #: results go or what is measured on one side only.
@@ -71,7 +73,6 @@ def side_args(text: str, side: str) -> List[str]:
     except ValueError as exc:
         raise AbError(f"--{side} {text!r}: {exc}") from None
     from param_compute.cli.run_benchmark import options_from_args
-    from param_compute.errors import OptionsError
 
     if {"-h", "--help"} & set(args):
         raise AbError(f"--{side} {text!r}: -h/--help is not a side's flag")
@@ -165,6 +166,12 @@ def run_ab(args: argparse.Namespace, console) -> int:
     from param_compute.results.rounds import join_rounds
 
     sides = _check(args)
+    files = {side: args.output_dir / f"{side}.json" for side in ("a", "b")}
+    try:  # before any process runs: never through a link, never onto the spec
+        check_outputs({f"side {side.upper()}'s results": files[side] for side in files},
+                      {"spec": args.config})
+    except OptionsError as exc:
+        raise AbError(str(exc)) from None
     rounds_dir = args.output_dir / "rounds"
     rounds_dir.mkdir(parents=True, exist_ok=True)
     status = EXIT_OK
@@ -184,9 +191,7 @@ def run_ab(args: argparse.Namespace, console) -> int:
             print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
                   "failed", file=sys.stderr)
         paths[side].append(out)
-    files = {}
     for side in ("a", "b"):
-        files[side] = args.output_dir / f"{side}.json"
         join_rounds(paths[side], files[side], {"ab": {
             "side": side, "args": sides[side], "python": getattr(args, f"python_{side}"),
             "rounds": [str(p.name) for p in paths[side]]}})
@@ -222,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         return run_ab(args, console)
-    except AbError as exc:
+    except (AbError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:

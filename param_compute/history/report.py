@@ -11,6 +11,7 @@ HTML-escaped.
 
 from __future__ import annotations
 
+import os
 import time
 from html import escape
 from pathlib import Path
@@ -95,6 +96,9 @@ def _section(series: Series, steps: List[Step], number: int) -> str:
 def write_report(store: HistoryStore, all_series: Iterable[Series], output: Path, title: str,
                  min_change: float, max_plots: int) -> Path:
     """Write ``output/index.html``; its path."""
+    if os.path.lexists(output) and (os.path.islink(output) or not output.is_dir()):
+        raise HistoryError(f"-o {output}: not a directory (the dashboard is a folder: "
+                           "DIR/index.html)")
     output.mkdir(parents=True, exist_ok=True)
     findings: List[Tuple[Step, Series, int]] = []
     with_steps: List[str] = []
