@@ -160,18 +160,21 @@ def _run_side(python: str, spec: Path, args: Sequence[str], out: Path) -> subpro
                           text=True)
 
 
-def run_ab(args: argparse.Namespace, console) -> int:
-    from param_compute.results.compare import render
-    from param_compute.results.comparison import compare_files
-    from param_compute.results.rounds import join_rounds
-
-    sides = _check(args)
+def _outputs(args: argparse.Namespace) -> Dict[str, Path]:
+    """``DIR/a.json`` and ``DIR/b.json``, checked before any process runs (never through a
+    link, never onto the spec)."""
     files = {side: args.output_dir / f"{side}.json" for side in ("a", "b")}
-    try:  # before any process runs: never through a link, never onto the spec
+    try:
         check_outputs({f"side {side.upper()}'s results": files[side] for side in files},
                       {"spec": args.config})
     except OptionsError as exc:
         raise AbError(str(exc)) from None
+    return files
+
+
+def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
+    """Every process of every round, in ABBA order: each side's round files, and the exit
+    status (``EXIT_RUN_FAILED`` where some runs failed)."""
     rounds_dir = args.output_dir / "rounds"
     rounds_dir.mkdir(parents=True, exist_ok=True)
     status = EXIT_OK
@@ -191,6 +194,17 @@ def run_ab(args: argparse.Namespace, console) -> int:
             print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
                   "failed", file=sys.stderr)
         paths[side].append(out)
+    return paths, status
+
+
+def run_ab(args: argparse.Namespace, console) -> int:
+    from param_compute.results.compare import render
+    from param_compute.results.comparison import compare_files
+    from param_compute.results.rounds import join_rounds
+
+    sides = _check(args)
+    files = _outputs(args)
+    paths, status = _run_rounds(args, sides)
     for side in ("a", "b"):
         join_rounds(paths[side], files[side], {"ab": {
             "side": side, "args": sides[side], "python": getattr(args, f"python_{side}"),
