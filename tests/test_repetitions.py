@@ -207,3 +207,41 @@ def test_combine_counts_every_sample_and_pools_the_facts_of_thinned_repetitions(
     assert stats["descheduled"] == 0.4 and stats["involuntary_switches"] == 8
     assert stats["stop_reason"] == "min_time"
     assert combined.canary_drift == 0.3 and combined.to_json()["disturbed"] is True
+
+
+class _FakeCanary:
+    """Readings in the parent: the baseline, then one per repetition boundary; the reading
+    after repetition 2 (the third check) lies 40% out."""
+
+    def __init__(self):
+        self.baseline, self.checks = None, 0
+
+    def start(self):
+        self.baseline = 1.0
+
+    def check(self):
+        self.checks += 1
+        return 0.4 if self.checks == 3 else None
+
+
+def test_a_canary_read_around_each_repetition_marks_the_one_it_saw_drift():
+    _FakeExecutor.made = []
+    runs = _runs(3)
+    canary = _FakeCanary()
+    repeated = RepeatedExecutor(_FakeExecutor, runs, 3, seed=0, canary=canary)
+    records = [repeated.execute(run) for run in runs]
+    # before 1 (baseline), after 1, before 2, after 2 (drifted), before 3, after 3
+    assert canary.checks == 5
+    assert repeated.repetition_drifts == [None, 0.4, None]
+    for run, record in zip(runs, records):
+        assert [r.canary_drift for r in repeated.records[run.key]] == [None, 0.4, None]
+        assert record.canary_drift == 0.4 and record.disturbed()
+
+
+def test_without_a_canary_no_record_is_marked():
+    _FakeExecutor.made = []
+    runs = _runs(2)
+    repeated = RepeatedExecutor(_FakeExecutor, runs, 2, seed=0)
+    records = [repeated.execute(run) for run in runs]
+    assert repeated.repetition_drifts == [None, None]
+    assert all(r.canary_drift is None for r in records)

@@ -92,8 +92,11 @@ class Engine:
             from param_compute.runtime.isolation import IsolatedExecutor
             from param_compute.runtime.repetitions import RepeatedExecutor
 
+            from param_compute.runtime.canary import Canary
+
             return RepeatedExecutor(lambda: IsolatedExecutor(context), self._selected(),
-                                    self.options.repetitions, self.options.seed)
+                                    self.options.repetitions, self.options.seed,
+                                    Canary() if self.options.canary else None)
         if self.options.isolate:
             from param_compute.runtime.isolation import IsolatedExecutor
 

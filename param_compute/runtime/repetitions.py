@@ -89,11 +89,15 @@ class RepeatedExecutor:
     seeded order); each ``execute`` then returns the run's combined record."""
 
     def __init__(self, fresh: Callable[[], object], runs: Sequence[PlannedRun], count: int,
-                 seed: int):
+                 seed: int, canary: Optional[object] = None):
         self.fresh = fresh
         self.runs = list(runs)
         self.count = count
         self.seed = seed
+        #: ``runtime.canary.Canary`` read in this process before and after each repetition
+        #: (None: ``--no-canary``); a drift outside its band marks that repetition's records.
+        self.canary = canary
+        self.repetition_drifts: List[Optional[float]] = []
         self.records: Dict[str, List[RunRecord]] = {}
         self.orders: List[List[str]] = []
         self.stop: Optional[BaseException] = None  # the signal that ended the measuring
@@ -105,11 +109,15 @@ class RepeatedExecutor:
             self.orders.append([run.key for run in order])
             log.info("repetition %d of %d: %d runs in a fresh process, in a seeded random order",
                      repetition + 1, self.count, len(order))
+            before = self._canary_drift()
+            measured: List[RunRecord] = []
             executor = self.fresh()
             try:
                 for run in order:
                     record = executor.execute(run)
                     self.records.setdefault(run.key, []).append(record)
+                    measured.append(record)
+                self._mark(measured, before, self._canary_drift())
             except (KeyboardInterrupt, Interrupted) as stop:
                 self.stop = stop
                 log.warning("interrupted in repetition %d of %d: the runs measured so far are "
@@ -117,6 +125,33 @@ class RepeatedExecutor:
                 return
             finally:
                 executor.close()
+
+    def _canary_drift(self) -> Optional[float]:
+        """A canary reading in this process (idle while a worker measures, the same process
+        for every repetition, so its readings compare across them): the drift from the
+        baseline when outside the band. The first call takes the baseline."""
+        if self.canary is None:
+            return None
+        if self.canary.baseline is None:
+            self.canary.start()
+            return None
+        return self.canary.check()
+
+    def _mark(self, records: List[RunRecord], before: Optional[float],
+              after: Optional[float]) -> None:
+        """A repetition whose canary readings (before, after) drifted: each of its records
+        carries the farther drift (``canary_drift``: disturbed)."""
+        found = [d for d in (before, after) if d is not None]
+        drift = max(found, key=abs) if found else None
+        self.repetition_drifts.append(drift)
+        if drift is None:
+            return
+        log.warning("repetition %d of %d: the canary drifted %+.0f%% around it: its %d "
+                    "record(s) are marked disturbed", len(self.repetition_drifts), self.count,
+                    100 * drift, len(records))
+        for record in records:
+            if record.canary_drift is None or abs(drift) > abs(record.canary_drift):
+                record.canary_drift = drift
 
     def execute(self, run: PlannedRun) -> Optional[RunRecord]:
         """The run's combined record. After an interrupt, every run measured at least once is
