@@ -383,3 +383,21 @@ def test_numbers_out_of_the_store_s_range_are_not_a_crash(tmp_path):
     # control characters from the data are printed as escapes, never sent to the terminal
     assert shown.returncode == 0
     assert "op\\nwith\\ttabs \\x1b[2J <and> ünïcode|0|0|0" in shown.stdout
+
+
+def test_add_never_writes_through_a_symbolic_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("victim\n")
+    results = write_results(tmp_path / "r.json", header(), [record(0, 1.0)])
+    for target in (victim, tmp_path / "nowhere.db"):  # a planted link, and a dangling one
+        link = tmp_path / "link.db"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+        done = history("add", results, "--label", "v1", db=link)
+        assert done.returncode == 2
+        assert done.stderr == (f"error: {link}: is a symbolic link; give the database's own "
+                               "path (add never writes through a link)\n")
+    assert victim.read_text() == "victim\n"
+    assert not (tmp_path / "nowhere.db").exists()
+
