@@ -401,3 +401,15 @@ def test_add_never_writes_through_a_symbolic_link(tmp_path):
     assert victim.read_text() == "victim\n"
     assert not (tmp_path / "nowhere.db").exists()
 
+
+def test_a_median_that_is_no_positive_time_is_no_point(tmp_path):
+    db = tmp_path / "h.db"
+    good = write_results(tmp_path / "good.json", header(), [record(0, 1.0)])
+    assert history("add", good, "--label", "v1", db=db).returncode == 0
+    for i, median in enumerate((0.0, -1.0)):
+        bad = write_results(tmp_path / f"bad{i}.json", header(start=f"s{i}"),
+                            [record(0, median)])
+        done = history("add", bad, "--label", f"v{i + 2}", db=db)
+        assert done.returncode == 0, done.stderr
+        assert "0 point(s) from 1 record(s), 1 without a measured pass" in done.stdout
+    assert counts(db)["points"] == 1
