@@ -413,3 +413,22 @@ def test_a_median_that_is_no_positive_time_is_no_point(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "0 point(s) from 1 record(s), 1 without a measured pass" in done.stdout
     assert counts(db)["points"] == 1
+
+
+def test_a_hostile_keyword_expression_is_a_message_not_a_recursion_error(tmp_path):
+    db = tmp_path / "h.db"
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    deep = "(" * 100 + "mm" + ")" * 100
+    nots = "not " * 40 + "mm"
+    long = " and ".join(["mm"] * 200)
+    for expression, why in ((deep, "nested deeper than 32 ('(' and 'not')"),
+                            (nots, "nested deeper than 32 ('(' and 'not')"),
+                            (long, "more than 256 words, operators and parentheses")):
+        done = history("show", "-k", expression, db=db)
+        assert done.returncode == 2
+        assert done.stderr == f"error: -k {expression[:57] + '...'!r}: {why}\n"
+    empty = history("show", "-k", "", db=db)
+    assert (empty.returncode, empty.stderr) == (2, "error: -k: an empty expression\n")
+    assert keyword_matcher("(" * 30 + "mm" + ")" * 30)("torch.mm")
+    assert keyword_matcher("not " * 31 + "mm")("torch.add")
