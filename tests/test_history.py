@@ -432,3 +432,23 @@ def test_a_hostile_keyword_expression_is_a_message_not_a_recursion_error(tmp_pat
     assert (empty.returncode, empty.stderr) == (2, "error: -k: an empty expression\n")
     assert keyword_matcher("(" * 30 + "mm" + ")" * 30)("torch.mm")
     assert keyword_matcher("not " * 31 + "mm")("torch.add")
+
+
+def test_control_characters_from_a_header_or_a_label_never_reach_the_terminal(tmp_path):
+    db = tmp_path / "h.db"
+    results = write_results(tmp_path / "r.json", header(host="evil\x1b[2Jhost\x9b"),
+                            [record(0, 1.0)])
+    done = history("add", results, "--label", "v1", db=db)
+    assert done.returncode == 0, done.stderr
+    assert "added as v1 on evil\\x1b[2Jhost\\x9b cpu/x86_64 1t torch 2.13.0: 1 point(s)" \
+        in done.stdout
+    for label in ("a\x7fb", "a\u202eb", "a\x1bb"):
+        refused = history("add", results, "--label", label, db=db)
+        assert refused.returncode == 2
+        assert refused.stderr == f"error: --label {label!r}: at most 200 printable characters\n"
+    committed = write_results(tmp_path / "g.json", header(git_commit="ab\x1b[31mcd"),
+                              [record(0, 1.0)])
+    done = history("add", committed, db=db)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {committed}: the label its header gives ('ab\\x1b[31mcd') "
+                           "is not printable; give the run a label (--label L)\n")

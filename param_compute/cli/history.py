@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add(args) -> int:
     from param_compute.history.ingest import add_results
+    from param_compute.history.show import plain
     from param_compute.history.store import open_store
     from param_compute.results.file import warn_problem
 
@@ -70,13 +71,15 @@ def _add(args) -> int:
                        if report.problem_count else "")
             if report.duplicate_of is not None:
                 label, where = report.duplicate_of
-                print(f"{path}: already in the history (label {label}, from {where}): "
+                print(f"{path}: already in the history (label {plain(label)}, from "
+                      f"{plain(where)}): "
                       f"nothing added{skipped}")
                 continue
             unmeasured = (f", {report.not_measured} without a measured pass"
                           if report.not_measured else "")
             steps = f", {report.step_series} step total(s)" if report.step_series else ""
-            print(f"{path}: added as {report.label} on {report.machine}: {report.points} "
+            print(f"{path}: added as {plain(report.label)} on {plain(report.machine)}: "
+                  f"{report.points} "
                   f"point(s) from {report.records} record(s){unmeasured}{steps}{skipped}")
     return 0
 
@@ -110,7 +113,7 @@ def _check(args) -> int:
     with open_store(args.db) as store:
         order = {name: i for i, name in store.labels()}
         if args.since is not None and args.since not in order:
-            known = ", ".join(list(order)[-5:])
+            known = plain(", ".join(list(order)[-5:]))
             raise HistoryError(f"--since {args.since!r}: no such label (latest: {known})")
         verdict = judge(_series(args, store), args.fail_on_regression / 100,
                         args.min_change / 100, args.since, order)

@@ -99,7 +99,7 @@ def check_label(label: str) -> str:
     label = label.strip()
     if not label:
         raise HistoryError("--label: a label must not be empty")
-    if len(label) > MAX_LABEL or any(ord(c) < 32 for c in label):
+    if len(label) > MAX_LABEL or not label.isprintable():
         raise HistoryError(f"--label {label[:40]!r}: at most {MAX_LABEL} printable characters")
     return label
 
@@ -211,6 +211,9 @@ def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
         if label is None:
             raise HistoryError(f"{path}: its header names no git commit or torch version; "
                                "give the run a label (--label L)")
+        if not label.isprintable():
+            raise HistoryError(f"{path}: the label its header gives ({label[:40]!r}) is not "
+                               "printable; give the run a label (--label L)")
     label = check_label(label)
     machine = machine_of(header)
     report = AddReport(str(path), label, machine.name)
