@@ -133,3 +133,36 @@ def test_compare_judges_samples_of_several_processes_between_processes(tmp_path,
     # the pooled samples alone would call every one of these different
     pooled = [[m + 0.001 * k for m in side for k in range(8)] for side in (base, new)]
     assert compare_samples(*pooled).significant
+
+
+def test_round_files_are_never_written_through_a_link_or_onto_the_spec(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (victims / "a1.json").write_text("precious\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "rounds").symlink_to(victims)
+    done = run_cli("-c", spec, "-o", linked, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {linked / 'rounds'}: is a symbolic link or no directory "
+                           "(ab writes its round files there); remove it or choose another "
+                           "-o DIR\n")
+    planted = tmp_path / "planted"
+    (planted / "rounds").mkdir(parents=True)
+    (planted / "rounds" / "b1.json").symlink_to(victims / "a1.json")
+    done = run_cli("-c", spec, "-o", planted, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: side B's round 1 {planted / 'rounds' / 'b1.json'}: "
+                                  "is a symbolic link")
+    inside = tmp_path / "inside"
+    (inside / "rounds").mkdir(parents=True)
+    own = inside / "rounds" / "a1.json"
+    own.write_text(spec.read_text())
+    done = run_cli("-c", own, "-o", inside, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: side A's round 1 {own} is the spec file: writing it "
+                           "would destroy the input; choose another output\n")
+    assert (victims / "a1.json").read_text() == "precious\n"
+    assert own.read_text() == spec.read_text()
+

@@ -12,7 +12,8 @@ alike; ``compare`` judges a change between the sides' processes as well as their
 table (``results.compare``, B against A, settings allowed to differ) is printed.
 
 Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
-arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec).
+arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec,
+an output that is a link or the spec).
 """
 
 from __future__ import annotations
@@ -161,12 +162,18 @@ def _run_side(python: str, spec: Path, args: Sequence[str], out: Path) -> subpro
 
 
 def _outputs(args: argparse.Namespace) -> Dict[str, Path]:
-    """``DIR/a.json`` and ``DIR/b.json``, checked before any process runs (never through a
-    link, never onto the spec)."""
+    """``DIR/a.json``, ``DIR/b.json`` and the round files, checked before any process runs
+    (never through a link, never onto the spec; ``DIR/rounds`` a directory of its own)."""
     files = {side: args.output_dir / f"{side}.json" for side in ("a", "b")}
+    rounds = args.output_dir / "rounds"
+    if rounds.is_symlink() or (rounds.exists() and not rounds.is_dir()):
+        raise AbError(f"{rounds}: is a symbolic link or no directory (ab writes its round "
+                      "files there); remove it or choose another -o DIR")
+    outputs = {f"side {side.upper()}'s results": files[side] for side in files}
+    outputs.update({f"side {side.upper()}'s round {number}": rounds / f"{side}{number}.json"
+                    for side, number in round_plan(args.rounds)})
     try:
-        check_outputs({f"side {side.upper()}'s results": files[side] for side in files},
-                      {"spec": args.config})
+        check_outputs(outputs, {"spec": args.config})
     except OptionsError as exc:
         raise AbError(str(exc)) from None
     return files
