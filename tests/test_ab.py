@@ -166,3 +166,20 @@ def test_round_files_are_never_written_through_a_link_or_onto_the_spec(tmp_path)
     assert (victims / "a1.json").read_text() == "precious\n"
     assert own.read_text() == spec.read_text()
 
+
+def test_an_interrupted_side_stops_ab_and_keeps_what_was_measured(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    stopped = tmp_path / "stopped.sh"
+    stopped.write_text("#!/bin/sh\nexit 130\n")
+    stopped.chmod(0o755)
+    out = tmp_path / "ab"
+    done = run_cli("-c", spec, "--a", "-i 2", "--b", "-i 2", "--python-b", stopped, "-o", out,
+                   "--rounds", "2", module=AB)
+    assert done.returncode == 130
+    assert done.stderr.splitlines()[-2:] == [
+        "side B (round 1) was interrupted (exit 130)",
+        f"interrupted: the rounds measured so far are in {out / 'rounds'} (not joined, not "
+        "compared)"]
+    assert [p.name for p in (out / "rounds").iterdir()] == ["a1.json"]
+    assert read_results(out / "rounds" / "a1.json").records
+    assert not (out / "a.json").exists() and not (out / "b.json").exists()

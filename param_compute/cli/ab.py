@@ -13,7 +13,8 @@ table (``results.compare``, B against A, settings allowed to differ) is printed.
 
 Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
 arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec,
-an output that is a link or the spec).
+an output that is a link or the spec); 130 interrupted (ab, or a side's process, by SIGINT or
+SIGTERM: the round files already written stay in ``DIR/rounds``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ RESERVED = {
     "execution_trace": "--et (traces go beside a results file ab names)",
     "ncu": "--ncu", "nsys": "--nsys",
 }
+
+
+#: The exit statuses of a run_benchmark stopped by SIGINT or SIGTERM.
+INTERRUPTED = (130, 143)
 
 
 class AbError(ValueError):
@@ -192,6 +197,10 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
         print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
         done = _run_side(getattr(args, f"python_{side}"), args.config,
                          [*sides[side], *_common(args)], out)
+        if done.returncode in INTERRUPTED:  # a side stopped by SIGINT/SIGTERM: so is ab
+            print(f"side {side.upper()} (round {number}) was interrupted (exit "
+                  f"{done.returncode})", file=sys.stderr)
+            raise KeyboardInterrupt
         if done.returncode == EXIT_INVALID or not out.is_file():
             tail = (done.stderr or "").strip().splitlines()[-5:]
             raise AbError(f"side {side.upper()} (round {number}) exited {done.returncode}: "
@@ -254,6 +263,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        print(f"interrupted: the rounds measured so far are in {args.output_dir / 'rounds'} "
+              "(not joined, not compared)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
