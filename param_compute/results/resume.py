@@ -33,7 +33,21 @@ def spec_digest(path: Path) -> str:
 MEASURING_KEYS = ("device", "warmup", "iteration", "backward", "exec_mode", "num_threads",
                   "seed", "min_time", "max_iteration", "warmup_time", "verify", "cuda_l2_cache",
                   "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace",
-                  "timer", "max_noise", "discard_disturbed")
+                  "timer", "max_noise", "discard_disturbed", "repetitions", "cold",
+                  "discard_throttled", "max_time")
+#: Of those, keys that older files lack (compared only where the file has them), and keys
+#: that matter only beside another (``--max-time`` bounds ``--max-noise`` only).
+LATER_KEYS = ("repetitions", "cold", "discard_throttled", "max_time")
+ONLY_WITH = {"max_time": "max_noise"}
+
+
+def _differs(key: str, options: Dict[str, Any], run_options: Dict[str, Any]) -> bool:
+    if key not in run_options or (key in LATER_KEYS and key not in options):
+        return False
+    partner = ONLY_WITH.get(key)
+    if partner is not None and not (options.get(partner) or run_options.get(partner)):
+        return False
+    return options.get(key) != run_options.get(key)
 
 
 #: Machine facts (``sys_info``) a resumed file must keep: its runs would not be comparable.
@@ -75,8 +89,8 @@ class ResumeState:
             raise OptionsError(f"--resume: {self.path} {which}; resume with that spec, write to "
                                "a new --output, or pass --resume-mixed to mix them")
         differ = [f"{key}: {options.get(key)!r} in the file, {run_options.get(key)!r} now"
-                  for key in MEASURING_KEYS if run_options is not None
-                  and key in run_options and options.get(key) != run_options.get(key)]
+                  for key in MEASURING_KEYS
+                  if run_options is not None and _differs(key, options, run_options)]
         machine = self.header.get("sys_info")
         if isinstance(machine, dict) and sys_info is not None:  # another host, GPU or torch
             differ += [f"{key}: {machine[key]!r} in the file, {sys_info[key]!r} now"
