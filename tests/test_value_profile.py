@@ -164,3 +164,21 @@ def test_step_replay_generates_external_inputs_with_the_profile(tmp_path):
     replay = _replay(tmp_path / "step.json")
     [external] = replay.externals.values()
     assert abs(_fractions(external)[0] - 0.8) < 0.03
+
+
+@pytest.mark.parametrize("key, value", [
+    ("value_profile", {"zeros": 0.5}), ("distribution", "uniform"), ("values", [1]),
+    ("stride", [1]), ("bags", {}), ("pool_window", {}), ("storage_offset", 0)])
+def test_a_tensor_data_key_on_a_scalar_arg_is_refused_not_ignored(tmp_path, key, value):
+    spec = {"torch.add": {"input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [
+                              {"type": "tensor", "dtype": "float", "shape": [4]},
+                              {"type": "float", "value": 1.0, key: value}]}]}]}}
+    path = tmp_path / "scalar.json"
+    path.write_text(json.dumps(spec))
+    done = run_cli("-c", path, "--dry-run", "--output", tmp_path / "r.json")
+    assert done.returncode == 2
+    assert f"{path}: torch.add.config[0].input[0].args[1].{key}: {key} applies to tensors, " \
+           "not to a 'float' arg (drop it)" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+

@@ -71,6 +71,11 @@ _CHECKERS = {"tensor": "_check_tensor", "int": "_check_integer", "long": "_check
              "genericlist": "_check_list", "tuple": "_check_list", "layout": "_check_layout",
              "memory_format": "_check_memory_format"}
 
+#: Keys that describe a tensor's data or layout: on an arg of another type they would be
+#: ignored, so they are refused.
+TENSOR_ONLY = ("value_profile", "distribution", "bags", "values", "pool_window", "stride",
+               "storage_offset")
+
 
 class DataSpecChecks:
     """Checks of data specs; the class mixing them in provides ``problem`` and ``warn``."""
@@ -106,6 +111,10 @@ class DataSpecChecks:
             self.problem(path + ("run_device",), f"run_device applies to device args, not to "
                                                  f"{short(arg_type)}",
                          "drop it (a tensor without \"device\" is made on the run's device)")
+        for key in TENSOR_ONLY:
+            if key in spec and arg_type != "tensor":
+                self.problem(path + (key,), f"{key} applies to tensors, not to a "
+                                            f"{short(arg_type)} arg", "drop it")
         name = _CHECKERS.get(arg_type) if isinstance(arg_type, str) else None
         checker = getattr(self, name) if name else None
         if checker:
