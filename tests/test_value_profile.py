@@ -142,6 +142,8 @@ def test_a_spec_without_the_key_generates_exactly_as_before():
      "unknown key 'zero'"),
     ({"dtype": "float", "value_profile": [0.5]}, "args[0].value_profile",
      "expected object, got array"),
+    ({"dtype": "float", "value_profile": {"zeros": "0.5"}}, "args[0].value_profile.zeros",
+     "zeros is a fraction in [0, 1], got '0.5'"),
 ])
 def test_bad_profiles_are_refused_naming_their_json_path(tmp_path, tensor_spec, where, words):
     path = tmp_path / "bad.json"
@@ -182,3 +184,14 @@ def test_a_tensor_data_key_on_a_scalar_arg_is_refused_not_ignored(tmp_path, key,
            "not to a 'float' arg (drop it)" in done.stderr
     assert not (tmp_path / "r.json").exists()
 
+
+def test_a_profile_on_a_ranged_dtype_is_checked_for_each_dtype(tmp_path):
+    spec = _sqrt_spec({"type": "tensor", "shape": [4], "dtype": ["float", "long"],
+                       "__range__": ["dtype"], "value_profile": {"zeros": 0.5}})
+    spec["aten::sqrt"]["input_iterator"] = "RangeConfigIterator"
+    path = tmp_path / "ranged.json"
+    path.write_text(json.dumps(spec))
+    done = run_cli("-c", path, "--dry-run", "--output", tmp_path / "r.json")
+    assert done.returncode == 2
+    assert f"{path}: aten::sqrt.config[0].input[0].args[0].value_profile: value_profile " \
+           "applies to floating tensors, not long (use a floating dtype" in done.stderr
