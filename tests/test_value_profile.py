@@ -180,8 +180,8 @@ def test_a_tensor_data_key_on_a_scalar_arg_is_refused_not_ignored(tmp_path, key,
     path.write_text(json.dumps(spec))
     done = run_cli("-c", path, "--dry-run", "--output", tmp_path / "r.json")
     assert done.returncode == 2
-    assert f"{path}: torch.add.config[0].input[0].args[1].{key}: {key} applies to tensors, " \
-           "not to a 'float' arg (drop it)" in done.stderr
+    assert f"{path}: torch.add.config[0].input[0].args[1].{key}: {key} applies to tensor args, " \
+           "not to 'float' (drop it)" in done.stderr
     assert not (tmp_path / "r.json").exists()
 
 

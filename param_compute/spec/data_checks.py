@@ -20,6 +20,7 @@ from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
                                        expanded_lists, has_macros, is_whole_copy)
 from param_compute.spec.wording import dtype_hint, json_type, short
+from param_compute.spec.walker import misplaced_keys
 
 
 def _is_int(value: Any) -> bool:
@@ -71,11 +72,6 @@ _CHECKERS = {"tensor": "_check_tensor", "int": "_check_integer", "long": "_check
              "genericlist": "_check_list", "tuple": "_check_list", "layout": "_check_layout",
              "memory_format": "_check_memory_format"}
 
-#: Keys that describe a tensor's data or layout: on an arg of another type they would be
-#: ignored, so they are refused.
-TENSOR_ONLY = ("value_profile", "distribution", "bags", "values", "pool_window", "stride",
-               "storage_offset")
-
 
 class DataSpecChecks:
     """Checks of data specs; the class mixing them in provides ``problem`` and ``warn``."""
@@ -107,14 +103,9 @@ class DataSpecChecks:
         if section.custom:
             return  # a custom iterator gives macros its own meaning
         self._check_macro_names(spec, path, arg_type, ranged, listed)
-        if "run_device" in spec and arg_type != "device":
-            self.problem(path + ("run_device",), f"run_device applies to device args, not to "
-                                                 f"{short(arg_type)}",
-                         "drop it (a tensor without \"device\" is made on the run's device)")
-        for key in TENSOR_ONLY:
-            if key in spec and arg_type != "tensor":
-                self.problem(path + (key,), f"{key} applies to tensors, not to a "
-                                            f"{short(arg_type)} arg", "drop it")
+        for key, owner, hint in misplaced_keys(spec):
+            self.problem(path + (key,), f"{key} applies to {owner} args, not to "
+                         f"{short(arg_type)}", hint)
         name = _CHECKERS.get(arg_type) if isinstance(arg_type, str) else None
         checker = getattr(self, name) if name else None
         if checker:
