@@ -145,3 +145,23 @@ def test_bad_input_exits_2_with_a_message(runs, tmp_path, content, message):
         result = _compare(*args)
         assert result.returncode == 2
         assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_names_from_a_file_are_shown_as_they_are_never_as_markup_or_escapes(tmp_path):
+    op = "[/bold][link=http://x.example]mm[/link]\x1b[31m"
+    lines = []
+    for name, median in (("base", 1.0), ("new", 2.0)):
+        record = {"op_name": op, "id": "0|0|0", "status": "ok",
+                  "metric": {"forward": {"measure.time": [median] * 5}},
+                  "stats": {"forward": {"median": median, "n": 5}}, "config": {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"run_options": {}, "sys_info": {}}) + "\n"
+                        + json.dumps(record) + "\n")
+        lines.append(path)
+    done = _compare(*lines)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    shown = "[/bold][link=http://x.example]mm[/link]\\x1b[31m"
+    rows = [line for line in done.stdout.splitlines() if shown in line]
+    assert len(rows) == 2, done.stdout  # the compare row and the geometric-mean row
+    assert "\x1b" not in done.stdout

@@ -48,7 +48,7 @@ from param_compute.results.comparison import (GATE_REASONS, CompareReport, PassK
 from param_compute.errors import OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.results.significance import Comparison
-from param_compute.formatting import format_ms
+from param_compute.formatting import cell, format_ms
 
 __all__ = ["GATE_REASONS", "CompareReport", "Row", "compare_files", "compare_streams",
            "settings_diff", "render", "write_csv", "main"]
@@ -112,8 +112,9 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
         if verdict == "same" and min(row.base_n, row.new_n) < 4:
             verdict = "n<4"
         style = styles.get(result.verdict, "")
-        config = [row.config] if with_config else []
-        table.add_row(row.op, row.id, *config, row.pass_name, format_ms(result.base_median),
+        config = [cell(row.config)] if with_config else []
+        table.add_row(cell(row.op), cell(row.id), *config, cell(row.pass_name),
+                      format_ms(result.base_median),
                       format_ms(result.new_median),
                       f"[{style}]{_speedup(result.speedup)}[/{style}]",
                       _interval(result), f"{result.p_value:.3g}",
@@ -134,7 +135,7 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
             summary.add_column(column, justify=justify)
         total = {v: sum(c[v] for c in by_op.values()) for v in ("faster", "slower", "same")}
         for op, counts in list(by_op.items()) + [(None, total)]:
-            summary.add_row("[bold]overall[/bold]" if op is None else op,
+            summary.add_row("[bold]overall[/bold]" if op is None else cell(op),
                             str(sum(counts.values())), _speedup(report.geomean(op)),
                             str(counts["faster"]), str(counts["slower"]), str(counts["same"]))
         console.print(summary)
@@ -145,8 +146,9 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                                 ("base", "right"), ("reason", "left"), ("", "left")):
             gate.add_column(column, justify=justify)
         for miss in report.gate[:max_rows]:
-            gate.add_row(miss.key[0], miss.key[1], miss.key[2], format_ms(miss.base_median),
-                         f"[red]{miss.reason}[/red]", miss.detail)
+            gate.add_row(cell(miss.key[0]), cell(miss.key[1]), cell(miss.key[2]),
+                         format_ms(miss.base_median), f"[red]{miss.reason}[/red]",
+                         cell(miss.detail))
         console.print(gate)
         if len(report.gate) > max_rows:
             console.print(f"... {len(report.gate) - max_rows} more (--csv lists them all)")

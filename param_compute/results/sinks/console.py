@@ -29,7 +29,7 @@ from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
 from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_noisy
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.workload_totals import WorkloadTotals
-from param_compute.formatting import format_ms
+from param_compute.formatting import cell, format_ms
 
 log = logging.getLogger("param_compute")
 
@@ -336,15 +336,16 @@ def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int
         configs.add_column(column, justify=justify, no_wrap=True, overflow="ellipsis",
                            max_width=room if column == "config" else None)
     for top in totals.top_configs():
-        config = [top.config] if (console.width or 0) >= 90 else []
-        configs.add_row(top.op, top.id, *config, format_ms(top.median_ms), str(top.count),
+        config = [cell(top.config)] if (console.width or 0) >= 90 else []
+        configs.add_row(cell(top.op), cell(top.id), *config, format_ms(top.median_ms),
+                        str(top.count),
                         format_ms(top.total_ms), f"{totals.share(top.total_ms):.1%}")
     ops = Table(title="top operators by total time", title_justify="left")
     for column, justify in (("op", "left"), ("configs", "right"), ("calls", "right"),
                             ("total", "right"), ("share", "right")):
         ops.add_column(column, justify=justify)
     for op in totals.top_ops(top_ops):
-        ops.add_row(op.op_name, str(op.configs), str(op.calls), format_ms(op.total_ms),
+        ops.add_row(cell(op.op_name), str(op.configs), str(op.calls), format_ms(op.total_ms),
                     f"{totals.share(op.total_ms):.1%}")
     if totals.configs:
         console.print(configs)
