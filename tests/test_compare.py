@@ -165,3 +165,21 @@ def test_names_from_a_file_are_shown_as_they_are_never_as_markup_or_escapes(tmp_
     rows = [line for line in done.stdout.splitlines() if shown in line]
     assert len(rows) == 2, done.stdout  # the compare row and the geometric-mean row
     assert "\x1b" not in done.stdout
+
+
+def test_settings_from_a_header_are_shown_as_they_are(tmp_path):
+    paths = []
+    for name, device in (("base", "cpu"), ("new", "[/bold]\x1b[2J")):
+        record = {"op_name": "torch.mm", "id": "0|0|0", "status": "ok",
+                  "metric": {"forward": {"measure.time": [1.0] * 5}},
+                  "stats": {"forward": {"median": 1.0, "n": 5}}, "config": {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"run_options": {"device": device}, "sys_info": {}}) + "\n"
+                        + json.dumps(record) + "\n")
+        paths.append(path)
+    done = _compare(*paths, "--fail-on-regression", "10")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "\x1b" not in done.stdout
+    assert "settings differ: device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith(
+        "regression gate failed: settings differ (device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW")

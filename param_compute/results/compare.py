@@ -82,8 +82,8 @@ def _key_text(key: PassKey) -> str:
 def _listed(console, label: str, items: List[str]) -> None:
     if items:
         more = f", ... {len(items) - 10} more" if len(items) > 10 else ""
-        console.print(f"{label}: {len(items)}: {', '.join(items[:10])}{more}", soft_wrap=True,
-                      highlight=False)
+        console.print(cell(f"{label}: {len(items)}: {', '.join(items[:10])}{more}"),
+                      soft_wrap=True, highlight=False)
 
 
 def render(report: CompareReport, base_path: Path, new_path: Path, console,
@@ -156,7 +156,7 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                                                  in report.gate_counts().items()),
                       highlight=False)
     if report.settings_diff:
-        console.print("settings differ: " + "; ".join(report.settings_diff), soft_wrap=True,
+        console.print(cell("settings differ: " + "; ".join(report.settings_diff)), soft_wrap=True,
                       highlight=False)
     if report.new_records == 0:
         console.print("NEW has no run records", highlight=False)
@@ -236,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from rich.console import Console
+    from rich.text import Text
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.strict and (report.mismatched or (report.settings_diff
@@ -260,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
-        console.print(f"csv: {args.csv}", highlight=False)
+        console.print(cell(f"csv: {args.csv}"), highlight=False)
     if args.html is not None:
         from param_compute.results.compare_html import compare_html
         from param_compute.results.outputs import write_output
@@ -275,7 +276,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
-        console.print(f"html: {args.html}", highlight=False)
+        console.print(cell(f"html: {args.html}"), highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
         parts = []
@@ -286,7 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
         parts.extend(report.gate_failures(args.across_settings))
         if parts:
-            console.print(f"[red]regression gate failed[/red]: {'; '.join(parts)}",
+            console.print(Text.assemble(("regression gate failed", "red"),
+                                        cell(f": {'; '.join(parts)}")),
                           highlight=False, soft_wrap=True)
             return EXIT_REGRESSION
         console.print("regression gate passed", highlight=False)
