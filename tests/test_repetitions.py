@@ -209,6 +209,20 @@ def test_combine_counts_every_sample_and_pools_the_facts_of_thinned_repetitions(
     assert combined.canary_drift == 0.3 and combined.to_json()["disturbed"] is True
 
 
+def test_combined_repetitions_keep_at_most_keep_samples():
+    def record(times):
+        one = PassResult("forward", [], list(times), extra={"measure.cpu_time": list(times)})
+        return RunRecord("torch.add", "0|0|0", {}, passes=[one])
+
+    reps = [record([float(r)] * 5) for r in (1, 2, 3)]
+    combined = combine(reps, keep=2).to_json()
+    assert combined["metric"]["forward"]["measure.time"] == [1.0, 3.0]
+    assert combined["metric"]["forward"]["measure.cpu_time"] == [1.0, 3.0]
+    stats = combined["stats"]["forward"]
+    assert (stats["n"], stats["kept"], stats["repetition_medians"]) == (15, 2, [1.0, 2.0, 3.0])
+    assert len(combine(reps).to_json()["metric"]["forward"]["measure.time"]) == 15
+
+
 class _FakeCanary:
     """Readings in the parent: the baseline, then one per repetition boundary; the reading
     after repetition 2 (the third check) lies 40% out."""
