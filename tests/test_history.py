@@ -452,3 +452,19 @@ def test_control_characters_from_a_header_or_a_label_never_reach_the_terminal(tm
     assert done.returncode == 2
     assert done.stderr == (f"error: {committed}: the label its header gives ('ab\\x1b[31mcd') "
                            "is not printable; give the run a label (--label L)\n")
+
+
+def test_the_gate_fails_closed_and_refuses_bounds_that_judge_nothing(tmp_path):
+    db = tmp_path / "h.db"
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    assert history("check", db=db).returncode == 0
+    for args, message in (
+            (("check", "-k", "no_such_op"), "error: nothing to judge: no series (nothing added "
+                                            "yet, or nothing matches --only/-k/--machine)\n"),
+            (("check", "--fail-on-regression", "inf"),
+             "error: --fail-on-regression: a percentage above 0\n"),
+            (("show", "--min-change", "nan"), "error: --min-change nan: a percentage >= 0\n"),
+            (("check", "--min-change", "-5"), "error: --min-change -5: a percentage >= 0\n")):
+        done = history(*args, db=db)
+        assert (done.returncode, done.stderr, done.stdout) == (2, message, ""), args

@@ -8,6 +8,7 @@ message naming it; no traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -88,6 +89,8 @@ def _series(args, store):
     from param_compute.history.select import Selector
     from param_compute.history.series import iter_series
 
+    if not (math.isfinite(args.min_change) and args.min_change >= 0):
+        raise HistoryError(f"--min-change {args.min_change:g}: a percentage >= 0")
     selector = Selector(args.only, args.keyword, args.machine)
     return iter_series(store, selector, args.mix_machines)
 
@@ -108,7 +111,7 @@ def _check(args) -> int:
     from param_compute.history.show import describe_step, plain
     from param_compute.history.store import open_store
 
-    if not args.fail_on_regression > 0:
+    if not (math.isfinite(args.fail_on_regression) and args.fail_on_regression > 0):
         raise HistoryError("--fail-on-regression: a percentage above 0")
     with open_store(args.db) as store:
         order = {name: i for i, name in store.labels()}
@@ -117,6 +120,9 @@ def _check(args) -> int:
             raise HistoryError(f"--since {args.since!r}: no such label (latest: {known})")
         verdict = judge(_series(args, store), args.fail_on_regression / 100,
                         args.min_change / 100, args.since, order)
+    if not verdict.series:  # a gate that judged nothing must not pass
+        raise HistoryError("nothing to judge: no series (nothing added yet, or nothing "
+                           "matches --only/-k/--machine)")
     for finding in verdict.regressions:
         print(f"regression: {plain(finding.series.name)}: {describe_step(finding.step)}")
     for finding in verdict.improvements:
