@@ -135,6 +135,16 @@ def test_another_sqlite_database_or_a_newer_schema_is_refused(tmp_path):
     assert done.returncode == 2
     assert "not a param_compute history database (it has tables, but no history_meta: " \
            "accounts)" in done.stderr
+    impostor = tmp_path / "impostor.db"
+    with sqlite3.connect(impostor) as connection:
+        connection.execute("CREATE TABLE history_meta (k TEXT, v TEXT)")
+    for command in ("show", "add"):
+        args = (command,) if command == "show" else (
+            command, write_results(tmp_path / "i.json", header(), [record(0, 1.0)]), "--label", "v")
+        done = history(*args, db=impostor)
+        assert (done.returncode, done.stderr) == (2, f"error: {impostor}: not a param_compute "
+                                                     "history database (history_meta "
+                                                     "unreadable: no such column: key)\n")
     missing = history("check", db=tmp_path / "none.db")
     assert missing.returncode == 2 and "no history database here" in missing.stderr
     assert not (tmp_path / "none.db").exists()
