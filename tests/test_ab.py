@@ -183,3 +183,20 @@ def test_an_interrupted_side_stops_ab_and_keeps_what_was_measured(tmp_path):
     assert [p.name for p in (out / "rounds").iterdir()] == ["a1.json"]
     assert read_results(out / "rounds" / "a1.json").records
     assert not (out / "a.json").exists() and not (out / "b.json").exists()
+
+
+def test_a_side_that_ends_without_results_is_exit_1_naming_it(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    silent = tmp_path / "not_python.sh"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    crashing = tmp_path / "crashing.sh"
+    crashing.write_text("#!/bin/sh\necho 'Segmentation fault' >&2\nexit 139\n")
+    for script, words in ((silent, "exited 0 without results: no output"),
+                          (crashing, "exited 139 without results: Segmentation fault")):
+        script.chmod(0o755)
+        out = tmp_path / script.stem
+        done = run_cli("-c", spec, "--a", "-i 2", "--python-b", script, "-o", out, "--rounds",
+                       "1", module=AB)
+        assert done.returncode == 1
+        assert done.stderr.splitlines()[-1] == f"error: side B (round 1) {words}"
+        assert read_results(out / "rounds" / "a1.json").records  # what A measured stays

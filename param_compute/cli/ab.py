@@ -65,6 +65,15 @@ INTERRUPTED = (130, 143)
 class AbError(ValueError):
     """Bad arguments to ab; the message says which and why."""
 
+    status = EXIT_INVALID
+
+
+class SideFailed(AbError):
+    """A side's process ended without its results (a crash, an interpreter that is not one):
+    exit 1, as a failed run; the rounds before it stay in ``DIR/rounds``."""
+
+    status = EXIT_RUN_FAILED
+
 
 def _refuse(message: str) -> None:
     raise AbError(message)
@@ -202,9 +211,10 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
                   f"{done.returncode})", file=sys.stderr)
             raise KeyboardInterrupt
         if done.returncode == EXIT_INVALID or not out.is_file():
-            tail = (done.stderr or "").strip().splitlines()[-5:]
-            raise AbError(f"side {side.upper()} (round {number}) exited {done.returncode}: "
-                          + " / ".join(tail))
+            tail = " / ".join((done.stderr or "").strip().splitlines()[-5:]) or "no output"
+            failed = AbError if done.returncode == EXIT_INVALID else SideFailed
+            raise failed(f"side {side.upper()} (round {number}) exited {done.returncode} "
+                         f"without results: {tail}")
         if done.returncode != EXIT_OK:
             status = EXIT_RUN_FAILED
             print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
@@ -257,7 +267,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         return run_ab(args, console)
-    except (AbError, ResultsFileError) as exc:
+    except AbError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.status
+    except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
