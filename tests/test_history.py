@@ -478,3 +478,18 @@ def test_the_gate_fails_closed_and_refuses_bounds_that_judge_nothing(tmp_path):
             (("check", "--min-change", "-5"), "error: --min-change -5: a percentage >= 0\n")):
         done = history(*args, db=db)
         assert (done.returncode, done.stderr, done.stdout) == (2, message, ""), args
+
+
+def test_a_database_point_that_is_no_positive_time_is_left_out_when_read(tmp_path):
+    db = tmp_path / "h.db"
+    for i, median in enumerate((1.0, 1.0, 1.0, 2.0, 2.0, 2.0)):
+        history("add", write_results(tmp_path / f"r{i}.json", header(start=f"s{i}"),
+                                     [record(0, median)]), "--label", f"c{i}", db=db)
+    with sqlite3.connect(db) as connection:  # a damaged or hostile database
+        connection.execute("UPDATE points SET median = -1 WHERE label_id = "
+                           "(SELECT id FROM labels WHERE name = 'c1')")
+        connection.execute("UPDATE points SET median = 'abc' WHERE label_id = "
+                           "(SELECT id FROM labels WHERE name = 'c2')")
+    done = history("show", db=db)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "  ▁███  c0 … c5 (4)  last 2.000 ms"  # c1, c2 out
