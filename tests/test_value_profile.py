@@ -195,3 +195,21 @@ def test_a_profile_on_a_ranged_dtype_is_checked_for_each_dtype(tmp_path):
     assert done.returncode == 2
     assert f"{path}: aten::sqrt.config[0].input[0].args[0].value_profile: value_profile " \
            "applies to floating tensors, not long (use a floating dtype" in done.stderr
+
+
+def test_a_profile_on_a_dtype_copied_from_an_integer_arg_fails_the_run_not_silently(tmp_path):
+    spec = {"torch.add": {"input_iterator": "RangeConfigIterator",
+                          "input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [
+                              {"type": "tensor", "dtype": "long", "shape": [4]},
+                              {"type": "tensor", "shape": [4], "__copy__": [{"dtype": 0}],
+                               "value_profile": {"zeros": 0.5}}]}]}]}}
+    path = tmp_path / "copied.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "r.json"
+    done = run_cli("-c", path, "-i", "2", "--output", out)
+    assert done.returncode == 1
+    assert "failed torch.add|0|0|0_0 (data): ValueError: value_profile applies to floating " \
+           "tensors, not long (its dtype copied from another arg by __copy__?)" in done.stderr
+    [line] = [json.loads(x) for x in out.read_text().splitlines() if '"op_name"' in x]
+    assert line["status"] == "error" and line["error"]["phase"] == "data"
