@@ -77,6 +77,8 @@ def _check(backend: Backend, tables: set) -> None:
     try:
         rows = backend.query("SELECT key, value FROM history_meta")
     except driver_errors() as exc:  # a table of that name, but not ours
+        if "column" not in str(exc):  # a lock or a lost connection says nothing of the schema
+            raise
         raise HistoryError(f"{backend.where}: not a param_compute history database "
                            f"(history_meta unreadable: {exc})") from None
     for key, value in rows:
