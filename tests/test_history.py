@@ -493,3 +493,14 @@ def test_a_database_point_that_is_no_positive_time_is_left_out_when_read(tmp_pat
     done = history("show", db=db)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1] == "  ▁███  c0 … c5 (4)  last 2.000 ms"  # c1, c2 out
+
+
+def test_an_unusable_results_file_adds_nothing_and_makes_no_database(tmp_path):
+    db = tmp_path / "h.db"
+    good = write_results(tmp_path / "good.json", header(), [record(0, 1.0)])
+    for bad, why in ((tmp_path / "typo.json", "no such file"),
+                     (tmp_path, "is a directory, not a regular file; a results file is a "
+                                "regular file")):
+        done = history("add", good, bad, "--label", "v1", db=db)
+        assert (done.returncode, done.stderr, done.stdout) == (2, f"error: {bad}: {why}\n", "")
+    assert not db.exists()

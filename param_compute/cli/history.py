@@ -59,12 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _usable(paths) -> None:
+    """Every results file opens as one (its header read) before the database is made or
+    written: a mistyped path leaves no empty history behind."""
+    from param_compute.results.file import ResultsFileError, ResultsStream
+
+    for path in paths:
+        try:
+            ResultsStream(path)
+        except ResultsFileError as exc:
+            raise HistoryError(str(exc)) from None
+
+
 def _add(args) -> int:
     from param_compute.history.ingest import add_results
     from param_compute.history.show import plain
     from param_compute.history.store import open_store
     from param_compute.results.file import warn_problem
 
+    _usable(args.results)
     with open_store(args.db, create=True) as store:
         for path in args.results:
             report = add_results(store, path, args.label, on_problem=warn_problem)
