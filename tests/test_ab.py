@@ -65,6 +65,7 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
     (["--a", "-i 'x"], "--a \"-i 'x\": No closing quotation"),
     (["--python-a", "/no/such/python"], "--python-a /no/such/python: not an executable file"),
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["-c", "."], "-c .: not a regular file"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
     spec = write_spec(tmp_path, TINY)

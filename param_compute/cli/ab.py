@@ -139,7 +139,8 @@ def _check(args: argparse.Namespace) -> Dict[str, List[str]]:
     if args.rounds < 1:
         raise AbError(f"--rounds must be >= 1, got {args.rounds}")
     if not args.config.is_file():
-        raise AbError(f"-c {args.config}: no such file")
+        raise AbError(f"-c {args.config}: " + ("not a regular file" if args.config.exists()
+                                                else "no such file"))
     for side in ("a", "b"):
         python = getattr(args, f"python_{side}")
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
