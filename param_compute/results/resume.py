@@ -61,6 +61,9 @@ class ResumeState:
     completed: Set[str] = field(default_factory=set)  # run keys (op|config|build|input)
     damaged: List[LineProblem] = field(default_factory=list)  # left in place, reported
     torn: Optional[LineProblem] = None  # the last line, cut off when writing resumes
+    #: the fewest processes (``repetition_medians``) of any measured pass per record that has
+    #: them: a run interrupted in ``--repetitions`` holds fewer than were asked for
+    processes: Dict[str, int] = field(default_factory=dict)
 
     @property
     def torn_line(self) -> bool:
@@ -100,6 +103,13 @@ class ResumeState:
             raise OptionsError(f"--resume: {self.path} was measured with other settings ("
                                + "; ".join(differ) + "); rerun with the same options, write to "
                                "a new --output, or pass --resume-mixed to mix them")
+        wanted = (run_options or {}).get("repetitions") or 1
+        partial = sum(1 for n in self.processes.values() if n < wanted)
+        if partial:
+            log.warning("resuming %s: %d run(s) there were measured in fewer than the %d "
+                        "repetitions asked for (an interrupted run); kept as they are, not "
+                        "measured again (their repetition_medians say how many)", self.path,
+                        partial, wanted)
         if bool(options.get("dry_run")) != dry_run:
             raise OptionsError(f"--resume: {self.path} holds a "
                                f"{'dry' if options.get('dry_run') else 'measured'} run; "
@@ -138,7 +148,13 @@ def scan_results(path: Path) -> ResumeState:
                 continue
             kind = line.kind
             if kind == RECORD:
-                state.completed.add(key_of(line.value["op_name"], line.value["id"]))
+                key = key_of(line.value["op_name"], line.value["id"])
+                state.completed.add(key)
+                counts = [len(p["repetition_medians"]) for p in
+                          (line.value.get("stats") or {}).values()
+                          if isinstance(p, dict) and "repetition_medians" in p]
+                if counts:
+                    state.processes[key] = min(counts)
             elif kind == HEADER and state.header is None:
                 state.header = line.value
     except ResultsFileError as exc:
