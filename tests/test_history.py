@@ -370,6 +370,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
             "v1", db=db)
     since = history("check", "--since", "v9", db=db)
     assert since.returncode == 2 and "--since 'v9': no such label (latest: v1)" in since.stderr
+    spaced = history("add", write_results(tmp_path / "t.json", header(start="t"),
+                                          [record(0, 1.0)]), "--label", " v2 ", db=db)
+    assert "added as v2 on" in spaced.stdout  # kept without its spaces, and found so
+    assert history("check", "--since", " v2 ", db=db).returncode == 0
     keyword = history("show", "-k", "mm and", db=db)
     assert keyword.returncode == 2 and "-k 'mm and': ends too early" in keyword.stderr
     label = history("add", write_results(tmp_path / "s.json", header(start="s"),

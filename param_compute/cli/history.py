@@ -126,6 +126,8 @@ def _check(args) -> int:
 
     if not (math.isfinite(args.fail_on_regression) and args.fail_on_regression > 0):
         raise HistoryError("--fail-on-regression: a percentage above 0")
+    if args.since is not None:  # as add keeps a label: without surrounding spaces
+        args.since = args.since.strip()
     with open_store(args.db) as store:
         order = {name: i for i, name in store.labels()}
         if args.since is not None and args.since not in order:
