@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 def format_ms(value: Optional[float], missing: str = "-") -> str:
@@ -14,3 +14,15 @@ def format_ms(value: Optional[float], missing: str = "-") -> str:
     if value >= 1:
         return f"{value:.3f} ms"
     return f"{value * 1000:.2f} µs"
+
+
+def cell(value: Any):
+    """Text from a results file as a rich table cell: shown as it is, never read as markup
+    (``[/bold]`` in an op name was a traceback, ``[link=...]`` a hyperlink), control characters
+    as the escapes that name them (a terminal would act on them)."""
+    from rich.text import Text
+
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return Text(text)

@@ -65,6 +65,7 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
     (["--a", "-i 'x"], "--a \"-i 'x\": No closing quotation"),
     (["--python-a", "/no/such/python"], "--python-a /no/such/python: not an executable file"),
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["-c", "."], "-c .: not a regular file"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
     spec = write_spec(tmp_path, TINY)
@@ -133,3 +134,70 @@ def test_compare_judges_samples_of_several_processes_between_processes(tmp_path,
     # the pooled samples alone would call every one of these different
     pooled = [[m + 0.001 * k for m in side for k in range(8)] for side in (base, new)]
     assert compare_samples(*pooled).significant
+
+
+def test_round_files_are_never_written_through_a_link_or_onto_the_spec(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    (victims / "a1.json").write_text("precious\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "rounds").symlink_to(victims)
+    done = run_cli("-c", spec, "-o", linked, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {linked / 'rounds'}: is a symbolic link or no directory "
+                           "(ab writes its round files there); remove it or choose another "
+                           "-o DIR\n")
+    planted = tmp_path / "planted"
+    (planted / "rounds").mkdir(parents=True)
+    (planted / "rounds" / "b1.json").symlink_to(victims / "a1.json")
+    done = run_cli("-c", spec, "-o", planted, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: side B's round 1 {planted / 'rounds' / 'b1.json'}: "
+                                  "is a symbolic link")
+    inside = tmp_path / "inside"
+    (inside / "rounds").mkdir(parents=True)
+    own = inside / "rounds" / "a1.json"
+    own.write_text(spec.read_text())
+    done = run_cli("-c", own, "-o", inside, "--rounds", "1", module=AB)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: side A's round 1 {own} is the spec file: writing it "
+                           "would destroy the input; choose another output\n")
+    assert (victims / "a1.json").read_text() == "precious\n"
+    assert own.read_text() == spec.read_text()
+
+
+def test_an_interrupted_side_stops_ab_and_keeps_what_was_measured(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    stopped = tmp_path / "stopped.sh"
+    stopped.write_text("#!/bin/sh\nexit 130\n")
+    stopped.chmod(0o755)
+    out = tmp_path / "ab"
+    done = run_cli("-c", spec, "--a", "-i 2", "--b", "-i 2", "--python-b", stopped, "-o", out,
+                   "--rounds", "2", module=AB)
+    assert done.returncode == 130
+    assert done.stderr.splitlines()[-2:] == [
+        "side B (round 1) was interrupted (exit 130)",
+        f"interrupted: the rounds measured so far are in {out / 'rounds'} (not joined, not "
+        "compared)"]
+    assert [p.name for p in (out / "rounds").iterdir()] == ["a1.json"]
+    assert read_results(out / "rounds" / "a1.json").records
+    assert not (out / "a.json").exists() and not (out / "b.json").exists()
+
+
+def test_a_side_that_ends_without_results_is_exit_1_naming_it(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    silent = tmp_path / "not_python.sh"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    crashing = tmp_path / "crashing.sh"
+    crashing.write_text("#!/bin/sh\necho 'Segmentation fault' >&2\nexit 139\n")
+    for script, words in ((silent, "exited 0 without results: no output"),
+                          (crashing, "exited 139 without results: Segmentation fault")):
+        script.chmod(0o755)
+        out = tmp_path / script.stem
+        done = run_cli("-c", spec, "--a", "-i 2", "--python-b", script, "-o", out, "--rounds",
+                       "1", module=AB)
+        assert done.returncode == 1
+        assert done.stderr.splitlines()[-1] == f"error: side B (round 1) {words}"
+        assert read_results(out / "rounds" / "a1.json").records  # what A measured stays

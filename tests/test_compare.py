@@ -145,3 +145,41 @@ def test_bad_input_exits_2_with_a_message(runs, tmp_path, content, message):
         result = _compare(*args)
         assert result.returncode == 2
         assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_names_from_a_file_are_shown_as_they_are_never_as_markup_or_escapes(tmp_path):
+    op = "[/bold][link=http://x.example]mm[/link]\x1b[31m"
+    lines = []
+    for name, median in (("base", 1.0), ("new", 2.0)):
+        record = {"op_name": op, "id": "0|0|0", "status": "ok",
+                  "metric": {"forward": {"measure.time": [median] * 5}},
+                  "stats": {"forward": {"median": median, "n": 5}}, "config": {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"run_options": {}, "sys_info": {}}) + "\n"
+                        + json.dumps(record) + "\n")
+        lines.append(path)
+    done = _compare(*lines)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    shown = "[/bold][link=http://x.example]mm[/link]\\x1b[31m"
+    rows = [line for line in done.stdout.splitlines() if shown in line]
+    assert len(rows) == 2, done.stdout  # the compare row and the geometric-mean row
+    assert "\x1b" not in done.stdout
+
+
+def test_settings_from_a_header_are_shown_as_they_are(tmp_path):
+    paths = []
+    for name, device in (("base", "cpu"), ("new", "[/bold]\x1b[2J")):
+        record = {"op_name": "torch.mm", "id": "0|0|0", "status": "ok",
+                  "metric": {"forward": {"measure.time": [1.0] * 5}},
+                  "stats": {"forward": {"median": 1.0, "n": 5}}, "config": {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"run_options": {"device": device}, "sys_info": {}}) + "\n"
+                        + json.dumps(record) + "\n")
+        paths.append(path)
+    done = _compare(*paths, "--fail-on-regression", "10")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "\x1b" not in done.stdout
+    assert "settings differ: device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith(
+        "regression gate failed: settings differ (device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW")

@@ -80,3 +80,12 @@ def test_workload_totals_command_lists_configs_by_share(tmp_path):
     header = next(i for i, line in enumerate(lines) if line.startswith("op ") and "config" in line)
     listed = lines[header + 2:header + 4]
     assert {line.split()[2] for line in listed} == {"16×64·64×32", "48×64·64×8"}
+
+
+def test_where_the_time_goes_shows_a_file_s_op_name_as_it_is():
+    totals = WorkloadTotals()
+    totals.add_json({"op_name": "[/bold]evil\x07", "id": "0|0|0", "status": "ok", "count": 2,
+                "stats": {"forward": {"median": 1.0}}, "config": {}})
+    out = io.StringIO()
+    print_workload_totals(Console(file=out, width=120), totals)
+    assert out.getvalue().count("[/bold]evil\\x07") == 2, out.getvalue()

@@ -297,3 +297,26 @@ def test_a_long_error_message_is_one_line_in_the_log_summary_and_record(tmp_path
     assert "registered at" not in result.stderr
     _, [run], _ = read_results(out)
     assert run["error"]["message"] == first
+
+
+MARKUP_FAILURE = """
+from param_compute import OperatorInterface, register_operator
+
+class Bracketed(OperatorInterface):
+    def forward(self, *args):
+        raise ValueError("size [/bold] does not match [link=x]")
+
+register_operator("test.bracketed_failure", Bracketed)
+"""
+
+
+def test_an_error_message_with_brackets_is_shown_as_it_is_not_as_markup(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "bracketed.py").write_text(MARKUP_FAILURE)
+    spec = write_spec(tmp_path, simple_op("test.bracketed_failure", {"type": "int", "value": 1}))
+    result = run_cli("-c", spec, "--workloads-dir", plugins, "--output", tmp_path / "r.json")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "MarkupError" not in result.stderr
+    assert "  failed test.bracketed_failure|0|0|0 (forward): ValueError: size [/bold] does not " \
+           "match [link=x]" in result.stderr

@@ -65,6 +65,10 @@ def test_input_id_takes_an_input_id_a_run_id_or_a_key(tmp_path):
     (["--input-id", "9"], "--input-id 9 selects no run of the spec"),
     (["--only", "torch.mm", "-k", "bf16"],
      "--only torch.mm with -k bf16: each selects some runs, but no run matches them all"),
+    (["-k", ""], "-k '': an empty filter; give a value or drop the flag"),
+    (["--only", "torch.mm", "--only", " "], "--only '': an empty filter; give a value or drop "
+                                            "the flag"),
+    (["--input-id", ""], "--input-id '': an empty filter; give a value or drop the flag"),
 ])
 def test_a_filter_that_selects_nothing_is_an_error_naming_it(tmp_path, flags, message):
     out = tmp_path / "r.json"

@@ -135,6 +135,16 @@ def test_another_sqlite_database_or_a_newer_schema_is_refused(tmp_path):
     assert done.returncode == 2
     assert "not a param_compute history database (it has tables, but no history_meta: " \
            "accounts)" in done.stderr
+    impostor = tmp_path / "impostor.db"
+    with sqlite3.connect(impostor) as connection:
+        connection.execute("CREATE TABLE history_meta (k TEXT, v TEXT)")
+    for command in ("show", "add"):
+        args = (command,) if command == "show" else (
+            command, write_results(tmp_path / "i.json", header(), [record(0, 1.0)]), "--label", "v")
+        done = history(*args, db=impostor)
+        assert (done.returncode, done.stderr) == (2, f"error: {impostor}: not a param_compute "
+                                                     "history database (history_meta "
+                                                     "unreadable: no such column: key)\n")
     missing = history("check", db=tmp_path / "none.db")
     assert missing.returncode == 2 and "no history database here" in missing.stderr
     assert not (tmp_path / "none.db").exists()
@@ -360,6 +370,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
             "v1", db=db)
     since = history("check", "--since", "v9", db=db)
     assert since.returncode == 2 and "--since 'v9': no such label (latest: v1)" in since.stderr
+    spaced = history("add", write_results(tmp_path / "t.json", header(start="t"),
+                                          [record(0, 1.0)]), "--label", " v2 ", db=db)
+    assert "added as v2 on" in spaced.stdout  # kept without its spaces, and found so
+    assert history("check", "--since", " v2 ", db=db).returncode == 0
     keyword = history("show", "-k", "mm and", db=db)
     assert keyword.returncode == 2 and "-k 'mm and': ends too early" in keyword.stderr
     label = history("add", write_results(tmp_path / "s.json", header(start="s"),
@@ -383,3 +397,114 @@ def test_numbers_out_of_the_store_s_range_are_not_a_crash(tmp_path):
     # control characters from the data are printed as escapes, never sent to the terminal
     assert shown.returncode == 0
     assert "op\\nwith\\ttabs \\x1b[2J <and> ünïcode|0|0|0" in shown.stdout
+
+
+def test_add_never_writes_through_a_symbolic_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("victim\n")
+    results = write_results(tmp_path / "r.json", header(), [record(0, 1.0)])
+    for target in (victim, tmp_path / "nowhere.db"):  # a planted link, and a dangling one
+        link = tmp_path / "link.db"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+        done = history("add", results, "--label", "v1", db=link)
+        assert done.returncode == 2
+        assert done.stderr == (f"error: {link}: is a symbolic link; give the database's own "
+                               "path (add never writes through a link)\n")
+    assert victim.read_text() == "victim\n"
+    assert not (tmp_path / "nowhere.db").exists()
+
+
+def test_a_median_that_is_no_positive_time_is_no_point(tmp_path):
+    db = tmp_path / "h.db"
+    good = write_results(tmp_path / "good.json", header(), [record(0, 1.0)])
+    assert history("add", good, "--label", "v1", db=db).returncode == 0
+    for i, median in enumerate((0.0, -1.0)):
+        bad = write_results(tmp_path / f"bad{i}.json", header(start=f"s{i}"),
+                            [record(0, median)])
+        done = history("add", bad, "--label", f"v{i + 2}", db=db)
+        assert done.returncode == 0, done.stderr
+        assert "0 point(s) from 1 record(s), 1 without a measured pass" in done.stdout
+    assert counts(db)["points"] == 1
+
+
+def test_a_hostile_keyword_expression_is_a_message_not_a_recursion_error(tmp_path):
+    db = tmp_path / "h.db"
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    deep = "(" * 100 + "mm" + ")" * 100
+    nots = "not " * 40 + "mm"
+    long = " and ".join(["mm"] * 200)
+    for expression, why in ((deep, "nested deeper than 32 ('(' and 'not')"),
+                            (nots, "nested deeper than 32 ('(' and 'not')"),
+                            (long, "more than 256 words, operators and parentheses")):
+        done = history("show", "-k", expression, db=db)
+        assert done.returncode == 2
+        assert done.stderr == f"error: -k {expression[:57] + '...'!r}: {why}\n"
+    empty = history("show", "-k", "", db=db)
+    assert (empty.returncode, empty.stderr) == (2, "error: -k: an empty expression\n")
+    assert keyword_matcher("(" * 30 + "mm" + ")" * 30)("torch.mm")
+    assert keyword_matcher("not " * 31 + "mm")("torch.add")
+
+
+def test_control_characters_from_a_header_or_a_label_never_reach_the_terminal(tmp_path):
+    db = tmp_path / "h.db"
+    results = write_results(tmp_path / "r.json", header(host="evil\x1b[2Jhost\x9b"),
+                            [record(0, 1.0)])
+    done = history("add", results, "--label", "v1", db=db)
+    assert done.returncode == 0, done.stderr
+    assert "added as v1 on evil\\x1b[2Jhost\\x9b cpu/x86_64 1t torch 2.13.0: 1 point(s)" \
+        in done.stdout
+    for label in ("a\x7fb", "a\u202eb", "a\x1bb"):
+        refused = history("add", results, "--label", label, db=db)
+        assert refused.returncode == 2
+        assert refused.stderr == f"error: --label {label!r}: at most 200 printable characters\n"
+    committed = write_results(tmp_path / "g.json", header(git_commit="ab\x1b[31mcd"),
+                              [record(0, 1.0)])
+    done = history("add", committed, db=db)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: {committed}: the label its header gives ('ab\\x1b[31mcd') "
+                           "is not printable; give the run a label (--label L)\n")
+
+
+def test_the_gate_fails_closed_and_refuses_bounds_that_judge_nothing(tmp_path):
+    db = tmp_path / "h.db"
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    assert history("check", db=db).returncode == 0
+    for args, message in (
+            (("check", "-k", "no_such_op"), "error: nothing to judge: no series (nothing added "
+                                            "yet, or nothing matches --only/-k/--machine)\n"),
+            (("check", "--fail-on-regression", "inf"),
+             "error: --fail-on-regression: a percentage above 0\n"),
+            (("show", "--min-change", "nan"), "error: --min-change nan: a percentage >= 0\n"),
+            (("check", "--min-change", "-5"), "error: --min-change -5: a percentage >= 0\n")):
+        done = history(*args, db=db)
+        assert (done.returncode, done.stderr, done.stdout) == (2, message, ""), args
+
+
+def test_a_database_point_that_is_no_positive_time_is_left_out_when_read(tmp_path):
+    db = tmp_path / "h.db"
+    for i, median in enumerate((1.0, 1.0, 1.0, 2.0, 2.0, 2.0)):
+        history("add", write_results(tmp_path / f"r{i}.json", header(start=f"s{i}"),
+                                     [record(0, median)]), "--label", f"c{i}", db=db)
+    with sqlite3.connect(db) as connection:  # a damaged or hostile database
+        connection.execute("UPDATE points SET median = -1 WHERE label_id = "
+                           "(SELECT id FROM labels WHERE name = 'c1')")
+        connection.execute("UPDATE points SET median = 'abc' WHERE label_id = "
+                           "(SELECT id FROM labels WHERE name = 'c2')")
+    done = history("show", db=db)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "  ▁███  c0 … c5 (4)  last 2.000 ms"  # c1, c2 out
+
+
+def test_an_unusable_results_file_adds_nothing_and_makes_no_database(tmp_path):
+    db = tmp_path / "h.db"
+    good = write_results(tmp_path / "good.json", header(), [record(0, 1.0)])
+    for bad, why in ((tmp_path / "typo.json", "no such file"),
+                     (tmp_path, "is a directory, not a regular file; a results file is a "
+                                "regular file")):
+        done = history("add", good, bad, "--label", "v1", db=db)
+        assert (done.returncode, done.stderr, done.stdout) == (2, f"error: {bad}: {why}\n", "")
+    assert not db.exists()

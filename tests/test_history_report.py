@@ -104,3 +104,18 @@ def test_a_screenshot_for_the_closing_note(site, tmp_path):
     if keep:
         os.makedirs(keep, exist_ok=True)
         shutil.copy(target, os.path.join(keep, target.name))
+
+
+def test_the_dashboard_is_never_written_over_the_database(tmp_path):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    db = folder / "index.html"  # the database where the dashboard would go
+    history("add", write_results(tmp_path / "r.json", header(), [record(0, 1.0)]), "--label",
+            "v1", db=db)
+    before = db.read_bytes()
+    done = history("report", "-o", folder, db=db)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: index.html {db} is the history database file: writing it "
+                           "would destroy the input; choose another output\n")
+    assert db.read_bytes() == before
+    assert history("show", db=db).returncode == 0

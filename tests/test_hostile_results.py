@@ -368,3 +368,19 @@ def test_compare_judges_runs_as_the_whole_file_reader_did(tmp_path):
     assert all(row.result.verdict == "slower" for row in report.rows)
     assert all(math.isclose(row.result.speedup, 1 / 1.5) for row in report.rows)
     assert report.gate_failures() == []
+
+
+@pytest.mark.parametrize("tool", sorted(set(TOOLS) - {"merge"}))
+def test_an_op_name_longer_than_any_real_one_is_a_damaged_line(tool, tmp_path):
+    """A 200,000-character op name would be printed whole in every table and history series."""
+    lines = (HOSTILE / "base.json").read_text().splitlines()
+    long_name = json.loads(lines[1])
+    long_name["op_name"] = "x" * 200_000
+    path = tmp_path / "long.json"
+    path.write_text("\n".join([lines[0], json.dumps(long_name), *lines[2:]]) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _tool(tool, path, out)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert f"{path}:2: run record's op_name is longer than 1000 characters" in result.stderr
+    assert "x" * 1001 not in result.stdout

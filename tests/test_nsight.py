@@ -597,3 +597,17 @@ def test_ncu_report_raw_page_and_errors(tmp_path, capsys):
     assert ncu_report.main([str(results)]) == 1
     assert "cannot read" in capsys.readouterr().out
     assert nsys_report.main([str(results)]) == 2  # no nsys batch in it
+
+
+def test_a_kernel_table_shows_names_from_a_report_as_they_are():
+    import io
+
+    from rich.console import Console
+
+    from param_compute.profiling.profiles import KernelTable, render
+
+    table = KernelTable()
+    table.add(("torch.mm", "0|0|0", "forward"), "void k<[/bold]>\x1b[2J", 1000.0)
+    out = io.StringIO()
+    render(table, Console(file=out, width=200), "kernels")
+    assert "void k<[/bold]>\\x1b[2J" in out.getvalue() and "\x1b" not in out.getvalue()

@@ -207,3 +207,22 @@ def test_a_concurrent_resume_of_a_running_file_is_refused(tmp_path):
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()
            if '"op_name"' in line]
     assert ids and len(ids) == len(set(ids))
+
+
+def test_resume_refuses_other_repetitions_or_cold_but_not_an_unused_max_time(tmp_path):
+    spec = _range_spec(tmp_path, 4)
+    out = tmp_path / "r.json"
+    assert run_cli("-c", spec, "--output", out, "-i", "2",
+                   "--stop-id", "torch.add|0|0|0_2").returncode == 0
+    before = out.read_bytes()
+    mixed = run_cli("-c", spec, "--output", out, "--resume", "-i", "2", "--repetitions", "2",
+                    "--cold")
+    assert mixed.returncode == 2
+    assert mixed.stderr.strip().splitlines()[-1] == (
+        f"error: --resume: {out} was measured with other settings (repetitions: 1 in the file, "
+        "2 now; cold: None in the file, 'rotate' now); rerun with the same options, write to a "
+        "new --output, or pass --resume-mixed to mix them")
+    assert out.read_bytes() == before
+    # --max-time bounds --max-noise only: without it, another value measures the same
+    assert run_cli("-c", spec, "--output", out, "--resume", "-i", "2",
+                   "--max-time", "3").returncode == 0

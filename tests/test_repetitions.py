@@ -3,6 +3,8 @@ order; one record per run with the median of repetition medians and their interv
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import statistics
@@ -13,6 +15,7 @@ from conftest import EXAMPLES, run_cli
 from param_compute.plan.runplan import PlannedRun
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.results.file import read_results
+from param_compute.results.resume import scan_results
 from param_compute.results.records import STATUS_ERROR, PassResult, RunError, RunRecord
 from param_compute.results.stats import across_repetitions, summarize
 from param_compute.runtime.repetitions import RepeatedExecutor, combine, repetition_order
@@ -209,6 +212,20 @@ def test_combine_counts_every_sample_and_pools_the_facts_of_thinned_repetitions(
     assert combined.canary_drift == 0.3 and combined.to_json()["disturbed"] is True
 
 
+def test_combined_repetitions_keep_at_most_keep_samples():
+    def record(times):
+        one = PassResult("forward", [], list(times), extra={"measure.cpu_time": list(times)})
+        return RunRecord("torch.add", "0|0|0", {}, passes=[one])
+
+    reps = [record([float(r)] * 5) for r in (1, 2, 3)]
+    combined = combine(reps, keep=2).to_json()
+    assert combined["metric"]["forward"]["measure.time"] == [1.0, 3.0]
+    assert combined["metric"]["forward"]["measure.cpu_time"] == [1.0, 3.0]
+    stats = combined["stats"]["forward"]
+    assert (stats["n"], stats["kept"], stats["repetition_medians"]) == (15, 2, [1.0, 2.0, 3.0])
+    assert len(combine(reps).to_json()["metric"]["forward"]["measure.time"]) == 15
+
+
 class _FakeCanary:
     """Readings in the parent: the baseline, then one per repetition boundary; the reading
     after repetition 2 (the third check) lies 40% out."""
@@ -245,3 +262,21 @@ def test_without_a_canary_no_record_is_marked():
     records = [repeated.execute(run) for run in runs]
     assert repeated.repetition_drifts == [None, None]
     assert all(r.canary_drift is None for r in records)
+
+
+def test_resuming_runs_measured_in_fewer_repetitions_says_so(tmp_path, caplog):
+    path = tmp_path / "r.json"
+    record = {"op_name": "torch.add", "id": "0|0|0", "status": "ok",
+              "stats": {"forward": {"median": 1.0, "repetition_medians": [1.0]}}}
+    whole = dict(record, id="1|0|0",
+                 stats={"forward": {"median": 1.0, "repetition_medians": [1.0, 1.1]}})
+    path.write_text("\n".join(json.dumps(line) for line in (
+        {"run_options": {"spec_sha256": "d", "repetitions": 2}, "sys_info": {}},
+        record, whole)) + "\n")
+    state = scan_results(path)
+    with caplog.at_level(logging.WARNING, logger="param_compute"):
+        state.check_matches("d", False, {"repetitions": 2})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resuming {path}: 1 run(s) there were measured in fewer than the 2 repetitions asked "
+        "for (an interrupted run); kept as they are, not measured again (their "
+        "repetition_medians say how many)"]

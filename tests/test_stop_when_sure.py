@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import param_compute
-from conftest import simple_op, tensor
+from conftest import run_cli, simple_op, tensor, write_spec
 from param_compute.results.records import PassResult
 from param_compute.results.stats import summarize, thin
 from param_compute.runtime import host_memory
@@ -88,7 +88,12 @@ def test_max_iteration_and_min_time_bound_it():
 @pytest.mark.parametrize("bad, message", [
     ({"max_noise": -1.0}, "--max-noise"), ({"max_noise": 1.0, "iteration": 0}, "--max-noise"),
     ({"max_noise": 1.0, "min_time": 2.0, "max_time": 1.0}, "--max-time"),
-    ({"keep_samples": 0}, "--keep-samples")])
+    ({"keep_samples": 0}, "--keep-samples"),
+    ({"max_time": float("nan")}, "--max-time must be >= 0 seconds and finite, got nan"),
+    ({"max_time": -1.0}, "--max-time must be >= 0 seconds and finite, got -1.0"),
+    ({"min_time": float("inf")}, "--min-time must be >= 0 seconds and finite, got inf"),
+    ({"min_time": float("nan")}, "--min-time must be >= 0 seconds and finite, got nan"),
+    ({"warmup_time": float("nan")}, "--warmup-time must be >= 0 seconds and finite, got nan")])
 def test_bad_bounds_are_refused(bad, message):
     with pytest.raises(param_compute.errors.OptionsError, match=message):
         RunOptions(**bad).check()
@@ -198,3 +203,13 @@ def test_the_flags_on_the_command_line_and_through_a_worker(tmp_path):
     options = read.run_options
     assert (options["max_noise"], options["max_time"], options["keep_samples"],
             options["canary"], options["timer"]) == (5.0, 2.0, 7, False, "wall")
+
+
+def test_a_non_finite_time_bound_is_one_line_exit_2(tmp_path):
+    spec = write_spec(tmp_path, simple_op("torch.add", tensor(4), tensor(4)))
+    for flag in ("--min-time", "--max-time", "--warmup-time"):
+        done = run_cli("-c", spec, flag, "nan", "--output", tmp_path / "r.json")
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1] == \
+            f"error: {flag} must be >= 0 seconds and finite, got nan"
+        assert not (tmp_path / "r.json").exists()

@@ -142,6 +142,8 @@ def test_a_spec_without_the_key_generates_exactly_as_before():
      "unknown key 'zero'"),
     ({"dtype": "float", "value_profile": [0.5]}, "args[0].value_profile",
      "expected object, got array"),
+    ({"dtype": "float", "value_profile": {"zeros": "0.5"}}, "args[0].value_profile.zeros",
+     "zeros is a fraction in [0, 1], got '0.5'"),
 ])
 def test_bad_profiles_are_refused_naming_their_json_path(tmp_path, tensor_spec, where, words):
     path = tmp_path / "bad.json"
@@ -164,3 +166,50 @@ def test_step_replay_generates_external_inputs_with_the_profile(tmp_path):
     replay = _replay(tmp_path / "step.json")
     [external] = replay.externals.values()
     assert abs(_fractions(external)[0] - 0.8) < 0.03
+
+
+@pytest.mark.parametrize("key, value", [
+    ("value_profile", {"zeros": 0.5}), ("distribution", "uniform"), ("values", [1]),
+    ("stride", [1]), ("bags", {}), ("pool_window", {}), ("storage_offset", 0)])
+def test_a_tensor_data_key_on_a_scalar_arg_is_refused_not_ignored(tmp_path, key, value):
+    spec = {"torch.add": {"input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [
+                              {"type": "tensor", "dtype": "float", "shape": [4]},
+                              {"type": "float", "value": 1.0, key: value}]}]}]}}
+    path = tmp_path / "scalar.json"
+    path.write_text(json.dumps(spec))
+    done = run_cli("-c", path, "--dry-run", "--output", tmp_path / "r.json")
+    assert done.returncode == 2
+    assert f"{path}: torch.add.config[0].input[0].args[1].{key}: {key} applies to tensor args, " \
+           "not to 'float' (drop it)" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_profile_on_a_ranged_dtype_is_checked_for_each_dtype(tmp_path):
+    spec = _sqrt_spec({"type": "tensor", "shape": [4], "dtype": ["float", "long"],
+                       "__range__": ["dtype"], "value_profile": {"zeros": 0.5}})
+    spec["aten::sqrt"]["input_iterator"] = "RangeConfigIterator"
+    path = tmp_path / "ranged.json"
+    path.write_text(json.dumps(spec))
+    done = run_cli("-c", path, "--dry-run", "--output", tmp_path / "r.json")
+    assert done.returncode == 2
+    assert f"{path}: aten::sqrt.config[0].input[0].args[0].value_profile: value_profile " \
+           "applies to floating tensors, not long (use a floating dtype" in done.stderr
+
+
+def test_a_profile_on_a_dtype_copied_from_an_integer_arg_fails_the_run_not_silently(tmp_path):
+    spec = {"torch.add": {"input_iterator": "RangeConfigIterator",
+                          "input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [
+                              {"type": "tensor", "dtype": "long", "shape": [4]},
+                              {"type": "tensor", "shape": [4], "__copy__": [{"dtype": 0}],
+                               "value_profile": {"zeros": 0.5}}]}]}]}}
+    path = tmp_path / "copied.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "r.json"
+    done = run_cli("-c", path, "-i", "2", "--output", out)
+    assert done.returncode == 1
+    assert "failed torch.add|0|0|0_0 (data): ValueError: value_profile applies to floating " \
+           "tensors, not long (its dtype copied from another arg by __copy__?)" in done.stderr
+    [line] = [json.loads(x) for x in out.read_text().splitlines() if '"op_name"' in x]
+    assert line["status"] == "error" and line["error"]["phase"] == "data"

@@ -12,7 +12,9 @@ alike; ``compare`` judges a change between the sides' processes as well as their
 table (``results.compare``, B against A, settings allowed to differ) is printed.
 
 Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
-arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec).
+arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec,
+an output that is a link or the spec); 130 interrupted (ab, or a side's process, by SIGINT or
+SIGTERM: the round files already written stay in ``DIR/rounds``).
 """
 
 from __future__ import annotations
@@ -56,8 +58,21 @@ RESERVED = {
 }
 
 
+#: The exit statuses of a run_benchmark stopped by SIGINT or SIGTERM.
+INTERRUPTED = (130, 143)
+
+
 class AbError(ValueError):
     """Bad arguments to ab; the message says which and why."""
+
+    status = EXIT_INVALID
+
+
+class SideFailed(AbError):
+    """A side's process ended without its results (a crash, an interpreter that is not one):
+    exit 1, as a failed run; the rounds before it stay in ``DIR/rounds``."""
+
+    status = EXIT_RUN_FAILED
 
 
 def _refuse(message: str) -> None:
@@ -124,7 +139,8 @@ def _check(args: argparse.Namespace) -> Dict[str, List[str]]:
     if args.rounds < 1:
         raise AbError(f"--rounds must be >= 1, got {args.rounds}")
     if not args.config.is_file():
-        raise AbError(f"-c {args.config}: no such file")
+        raise AbError(f"-c {args.config}: " + ("not a regular file" if args.config.exists()
+                                                else "no such file"))
     for side in ("a", "b"):
         python = getattr(args, f"python_{side}")
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -161,12 +177,18 @@ def _run_side(python: str, spec: Path, args: Sequence[str], out: Path) -> subpro
 
 
 def _outputs(args: argparse.Namespace) -> Dict[str, Path]:
-    """``DIR/a.json`` and ``DIR/b.json``, checked before any process runs (never through a
-    link, never onto the spec)."""
+    """``DIR/a.json``, ``DIR/b.json`` and the round files, checked before any process runs
+    (never through a link, never onto the spec; ``DIR/rounds`` a directory of its own)."""
     files = {side: args.output_dir / f"{side}.json" for side in ("a", "b")}
+    rounds = args.output_dir / "rounds"
+    if rounds.is_symlink() or (rounds.exists() and not rounds.is_dir()):
+        raise AbError(f"{rounds}: is a symbolic link or no directory (ab writes its round "
+                      "files there); remove it or choose another -o DIR")
+    outputs = {f"side {side.upper()}'s results": files[side] for side in files}
+    outputs.update({f"side {side.upper()}'s round {number}": rounds / f"{side}{number}.json"
+                    for side, number in round_plan(args.rounds)})
     try:
-        check_outputs({f"side {side.upper()}'s results": files[side] for side in files},
-                      {"spec": args.config})
+        check_outputs(outputs, {"spec": args.config})
     except OptionsError as exc:
         raise AbError(str(exc)) from None
     return files
@@ -185,10 +207,15 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
         print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
         done = _run_side(getattr(args, f"python_{side}"), args.config,
                          [*sides[side], *_common(args)], out)
+        if done.returncode in INTERRUPTED:  # a side stopped by SIGINT/SIGTERM: so is ab
+            print(f"side {side.upper()} (round {number}) was interrupted (exit "
+                  f"{done.returncode})", file=sys.stderr)
+            raise KeyboardInterrupt
         if done.returncode == EXIT_INVALID or not out.is_file():
-            tail = (done.stderr or "").strip().splitlines()[-5:]
-            raise AbError(f"side {side.upper()} (round {number}) exited {done.returncode}: "
-                          + " / ".join(tail))
+            tail = " / ".join((done.stderr or "").strip().splitlines()[-5:]) or "no output"
+            failed = AbError if done.returncode == EXIT_INVALID else SideFailed
+            raise failed(f"side {side.upper()} (round {number}) exited {done.returncode} "
+                         f"without results: {tail}")
         if done.returncode != EXIT_OK:
             status = EXIT_RUN_FAILED
             print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
@@ -241,12 +268,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         return run_ab(args, console)
-    except (AbError, ResultsFileError) as exc:
+    except AbError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.status
+    except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        print(f"interrupted: the rounds measured so far are in {args.output_dir / 'rounds'} "
+              "(not joined, not compared)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

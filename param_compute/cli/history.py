@@ -8,6 +8,7 @@ message naming it; no traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -58,11 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _usable(paths) -> None:
+    """Every results file opens as one (its header read) before the database is made or
+    written: a mistyped path leaves no empty history behind."""
+    from param_compute.results.file import ResultsFileError, ResultsStream
+
+    for path in paths:
+        try:
+            ResultsStream(path)
+        except ResultsFileError as exc:
+            raise HistoryError(str(exc)) from None
+
+
 def _add(args) -> int:
     from param_compute.history.ingest import add_results
+    from param_compute.history.show import plain
     from param_compute.history.store import open_store
     from param_compute.results.file import warn_problem
 
+    _usable(args.results)
     with open_store(args.db, create=True) as store:
         for path in args.results:
             report = add_results(store, path, args.label, on_problem=warn_problem)
@@ -70,13 +85,15 @@ def _add(args) -> int:
                        if report.problem_count else "")
             if report.duplicate_of is not None:
                 label, where = report.duplicate_of
-                print(f"{path}: already in the history (label {label}, from {where}): "
+                print(f"{path}: already in the history (label {plain(label)}, from "
+                      f"{plain(where)}): "
                       f"nothing added{skipped}")
                 continue
             unmeasured = (f", {report.not_measured} without a measured pass"
                           if report.not_measured else "")
             steps = f", {report.step_series} step total(s)" if report.step_series else ""
-            print(f"{path}: added as {report.label} on {report.machine}: {report.points} "
+            print(f"{path}: added as {plain(report.label)} on {plain(report.machine)}: "
+                  f"{report.points} "
                   f"point(s) from {report.records} record(s){unmeasured}{steps}{skipped}")
     return 0
 
@@ -85,6 +102,8 @@ def _series(args, store):
     from param_compute.history.select import Selector
     from param_compute.history.series import iter_series
 
+    if not (math.isfinite(args.min_change) and args.min_change >= 0):
+        raise HistoryError(f"--min-change {args.min_change:g}: a percentage >= 0")
     selector = Selector(args.only, args.keyword, args.machine)
     return iter_series(store, selector, args.mix_machines)
 
@@ -105,15 +124,20 @@ def _check(args) -> int:
     from param_compute.history.show import describe_step, plain
     from param_compute.history.store import open_store
 
-    if not args.fail_on_regression > 0:
+    if not (math.isfinite(args.fail_on_regression) and args.fail_on_regression > 0):
         raise HistoryError("--fail-on-regression: a percentage above 0")
+    if args.since is not None:  # as add keeps a label: without surrounding spaces
+        args.since = args.since.strip()
     with open_store(args.db) as store:
         order = {name: i for i, name in store.labels()}
         if args.since is not None and args.since not in order:
-            known = ", ".join(list(order)[-5:])
+            known = plain(", ".join(list(order)[-5:]))
             raise HistoryError(f"--since {args.since!r}: no such label (latest: {known})")
         verdict = judge(_series(args, store), args.fail_on_regression / 100,
                         args.min_change / 100, args.since, order)
+    if not verdict.series:  # a gate that judged nothing must not pass
+        raise HistoryError("nothing to judge: no series (nothing added yet, or nothing "
+                           "matches --only/-k/--machine)")
     for finding in verdict.regressions:
         print(f"regression: {plain(finding.series.name)}: {describe_step(finding.step)}")
     for finding in verdict.improvements:

@@ -6,7 +6,8 @@ time holds (SQLite ``BEGIN IMMEDIATE``, a PostgreSQL advisory lock), and streams
 (a server-side cursor on PostgreSQL) so that reading a long history holds a batch at a time.
 
 A database path is untrusted input: only a regular file is opened (a directory, FIFO or device
-is refused), a file that is no SQLite database is named as such, and SQLite runs with
+is refused, and ``add`` refuses a symbolic link, dangling or not), a file that is no
+SQLite database is named as such, and SQLite runs with
 ``trusted_schema`` off, so a hostile file's views and triggers cannot call functions with side
 effects.
 """
@@ -154,6 +155,9 @@ def _open_sqlite(path: Path, create: bool) -> SQLiteBackend:
     import sqlite3
 
     try:
+        if create and stat.S_ISLNK(os.lstat(path).st_mode):
+            raise HistoryError(f"{path}: is a symbolic link; give the database's own path "
+                               "(add never writes through a link)")
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         if not create:

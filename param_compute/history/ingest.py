@@ -1,8 +1,8 @@
 """``history add``: one results file into the store, in one transaction, once.
 
-The file is streamed (``results.file.ResultsStream``): each measured pass of each ``ok`` record
-is a point (median and its 95% interval) of the series (machine, op, config, pass), written in
-batches. Damaged lines are skipped and listed, never a reason to drop the rest. A captured
+The file is streamed (``results.file.ResultsStream``): each measured pass (a finite median
+above 0) of each ``ok`` record is a point (median and its 95% interval) of the series
+(machine, op, config, pass), written in batches. Damaged lines are skipped and listed, never a reason to drop the rest. A captured
 workload's step totals are series too (``workload step``): Σ median × count (the isolated
 replay) and, when the file holds a step replay, the in-step total (``results.ledger``).
 
@@ -99,7 +99,7 @@ def check_label(label: str) -> str:
     label = label.strip()
     if not label:
         raise HistoryError("--label: a label must not be empty")
-    if len(label) > MAX_LABEL or any(ord(c) < 32 for c in label):
+    if len(label) > MAX_LABEL or not label.isprintable():
         raise HistoryError(f"--label {label[:40]!r}: at most {MAX_LABEL} printable characters")
     return label
 
@@ -118,7 +118,7 @@ def _points(record: Dict[str, Any]):
     key, run_key = config_key(config), key_of(record["op_name"], record["id"])
     for name, stats in measured_passes(record):
         median = _number(stats.get("median"))
-        if median is None:
+        if median is None or median <= 0:  # no time: a step to or from it could not be judged
             continue
         n = _count(stats.get("n"))
         yield ((record["op_name"], key, str(name)[:64]), ("op", run_key, config), median,
@@ -211,6 +211,9 @@ def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
         if label is None:
             raise HistoryError(f"{path}: its header names no git commit or torch version; "
                                "give the run a label (--label L)")
+        if not label.isprintable():
+            raise HistoryError(f"{path}: the label its header gives ({label[:40]!r}) is not "
+                               "printable; give the run a label (--label L)")
     label = check_label(label)
     machine = machine_of(header)
     report = AddReport(str(path), label, machine.name)

@@ -145,7 +145,8 @@ def write_report(store: HistoryStore, all_series: Iterable[Series], output: Path
             f"<script>{SCRIPT}</script></body></html>")
     index = output / "index.html"
     try:  # checked as every output is: never through a link, never a directory or FIFO
-        write_output("index.html", index, page)
+        database = Path(store.backend.where) if store.backend.kind == "sqlite" else None
+        write_output("index.html", index, page, {"history database": database})
     except OptionsError as exc:
         raise HistoryError(str(exc)) from None
     return index

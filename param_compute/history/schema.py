@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import List
 
-from param_compute.history.backends import Backend, HistoryError
+from param_compute.history.backends import Backend, HistoryError, driver_errors
 
 APP = "param_compute.history"
 SCHEMA_VERSION = 1
@@ -74,7 +74,14 @@ def _check(backend: Backend, tables: set) -> None:
         raise HistoryError(f"{backend.where}: not a param_compute history database (it has "
                            f"tables, but no history_meta: {', '.join(sorted(tables)[:5])})")
     meta = {}
-    for key, value in backend.query("SELECT key, value FROM history_meta"):
+    try:
+        rows = backend.query("SELECT key, value FROM history_meta")
+    except driver_errors() as exc:  # a table of that name, but not ours
+        if "column" not in str(exc):  # a lock or a lost connection says nothing of the schema
+            raise
+        raise HistoryError(f"{backend.where}: not a param_compute history database "
+                           f"(history_meta unreadable: {exc})") from None
+    for key, value in rows:
         meta[str(key)] = str(value)
     if meta.get("app") != APP:
         raise HistoryError(f"{backend.where}: not a param_compute history database "

@@ -16,6 +16,10 @@ from typing import Callable, List, Optional
 from param_compute.history.backends import HistoryError
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+#: Most words and operators in one expression, and most ``(``/``not`` nested (the matcher is
+#: parsed and evaluated by recursion: bounded, a hostile expression is a message).
+MAX_TOKENS = 256
+MAX_DEPTH = 32
 Matcher = Callable[[str], bool]
 
 
@@ -36,10 +40,11 @@ def keyword_matcher(expression: str) -> Matcher:
     tokens = _tokens(expression)
     if not tokens:
         raise HistoryError("-k: an empty expression")
-    position = 0
+    position, depth = 0, 0
 
     def fail(what: str):
-        raise HistoryError(f"-k {expression!r}: {what}")
+        shown = expression if len(expression) <= 60 else expression[:57] + "..."
+        raise HistoryError(f"-k {shown!r}: {what}")
 
     def peek() -> Optional[str]:
         return tokens[position] if position < len(tokens) else None
@@ -66,10 +71,19 @@ def keyword_matcher(expression: str) -> Matcher:
             left = lambda name, a=first, b=right: a(name) and b(name)  # noqa: E731
         return left
 
+    def nested(parse: Callable[[], Matcher]) -> Matcher:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_DEPTH:
+            fail(f"nested deeper than {MAX_DEPTH} ('(' and 'not')")
+        inner = parse()
+        depth -= 1
+        return inner
+
     def negated() -> Matcher:
         if peek() == "not":
             take()
-            inner = negated()
+            inner = nested(negated)
             return lambda name: not inner(name)
         return atom()
 
@@ -79,7 +93,7 @@ def keyword_matcher(expression: str) -> Matcher:
             fail("ends too early")
         if token == "(":
             take()
-            inner = either()
+            inner = nested(either)
             if peek() != ")":
                 fail("a '(' is never closed")
             take()
@@ -89,6 +103,8 @@ def keyword_matcher(expression: str) -> Matcher:
         word = take().lower()
         return lambda name: word in name.lower()
 
+    if len(tokens) > MAX_TOKENS:
+        fail(f"more than {MAX_TOKENS} words, operators and parentheses")
     matcher = either()
     if position != len(tokens):
         fail(f"unexpected {tokens[position]!r}")
@@ -101,7 +117,7 @@ class Selector:
     def __init__(self, only: Optional[str] = None, keyword: Optional[str] = None,
                  machine: Optional[str] = None):
         self.only = only
-        self.keyword = keyword_matcher(keyword) if keyword else None
+        self.keyword = keyword_matcher(keyword) if keyword is not None else None
         self.machine = machine
 
     def wants_machine(self, name: str) -> bool:

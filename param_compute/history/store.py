@@ -214,7 +214,7 @@ class HistoryStore:
         info: Optional[SeriesInfo] = None
         for series_id, label_id, median, low, high, n in self.backend.stream(query):
             median = _number(median)
-            if median is None:
+            if median is None or median <= 0:  # no time (as ingest never stores one)
                 continue
             if info is None or info.id != series_id:
                 info = infos.get(series_id)

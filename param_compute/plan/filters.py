@@ -104,6 +104,10 @@ def check_selection(selection: RunFilter, runs: Iterable) -> int:
     """How many of ``runs`` ``selection`` selects; :class:`FilterError` when none, naming the
     flag that selects nothing alone (or, when each selects some, saying they exclude each
     other)."""
+    for flag, values in (("--only", selection.only), ("-k", selection.keywords),
+                         ("--input-id", selection.input_ids)):
+        if any(not value.strip() for value in values):  # -k '' would select every run
+            raise FilterError(f"{flag} '': an empty filter; give a value or drop the flag")
     parts = selection.parts()
     hits = [0] * len(parts)
     selected = 0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from param_compute.errors import OptionsError
+from param_compute.formatting import cell
 from param_compute.plan.runkey import RunKeyError, RunKey, key_of
 from param_compute.results.file import ResultsFileError, read_results_warned
 
@@ -212,7 +213,8 @@ def render(table: KernelTable, console, title: str, max_rows: int = 200) -> None
     for index, stats in enumerate(table.rows.values()):
         if index >= max_rows:
             break
-        out.add_row(stats.op, stats.run_id, stats.pass_name, _short(stats.kernel),
+        out.add_row(cell(stats.op), cell(stats.run_id), cell(stats.pass_name),
+                    cell(_short(stats.kernel)),
                     str(stats.launches), _duration(stats.mean_duration_ns),
                     *[_value(stats.mean(name)) for name in table.metric_names])
     console.print(out)

@@ -48,7 +48,7 @@ from param_compute.results.comparison import (GATE_REASONS, CompareReport, PassK
 from param_compute.errors import OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.results.significance import Comparison
-from param_compute.formatting import format_ms
+from param_compute.formatting import cell, format_ms
 
 __all__ = ["GATE_REASONS", "CompareReport", "Row", "compare_files", "compare_streams",
            "settings_diff", "render", "write_csv", "main"]
@@ -82,8 +82,8 @@ def _key_text(key: PassKey) -> str:
 def _listed(console, label: str, items: List[str]) -> None:
     if items:
         more = f", ... {len(items) - 10} more" if len(items) > 10 else ""
-        console.print(f"{label}: {len(items)}: {', '.join(items[:10])}{more}", soft_wrap=True,
-                      highlight=False)
+        console.print(cell(f"{label}: {len(items)}: {', '.join(items[:10])}{more}"),
+                      soft_wrap=True, highlight=False)
 
 
 def render(report: CompareReport, base_path: Path, new_path: Path, console,
@@ -112,8 +112,9 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
         if verdict == "same" and min(row.base_n, row.new_n) < 4:
             verdict = "n<4"
         style = styles.get(result.verdict, "")
-        config = [row.config] if with_config else []
-        table.add_row(row.op, row.id, *config, row.pass_name, format_ms(result.base_median),
+        config = [cell(row.config)] if with_config else []
+        table.add_row(cell(row.op), cell(row.id), *config, cell(row.pass_name),
+                      format_ms(result.base_median),
                       format_ms(result.new_median),
                       f"[{style}]{_speedup(result.speedup)}[/{style}]",
                       _interval(result), f"{result.p_value:.3g}",
@@ -134,7 +135,7 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
             summary.add_column(column, justify=justify)
         total = {v: sum(c[v] for c in by_op.values()) for v in ("faster", "slower", "same")}
         for op, counts in list(by_op.items()) + [(None, total)]:
-            summary.add_row("[bold]overall[/bold]" if op is None else op,
+            summary.add_row("[bold]overall[/bold]" if op is None else cell(op),
                             str(sum(counts.values())), _speedup(report.geomean(op)),
                             str(counts["faster"]), str(counts["slower"]), str(counts["same"]))
         console.print(summary)
@@ -145,8 +146,9 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                                 ("base", "right"), ("reason", "left"), ("", "left")):
             gate.add_column(column, justify=justify)
         for miss in report.gate[:max_rows]:
-            gate.add_row(miss.key[0], miss.key[1], miss.key[2], format_ms(miss.base_median),
-                         f"[red]{miss.reason}[/red]", miss.detail)
+            gate.add_row(cell(miss.key[0]), cell(miss.key[1]), cell(miss.key[2]),
+                         format_ms(miss.base_median), f"[red]{miss.reason}[/red]",
+                         cell(miss.detail))
         console.print(gate)
         if len(report.gate) > max_rows:
             console.print(f"... {len(report.gate) - max_rows} more (--csv lists them all)")
@@ -154,7 +156,7 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                                                  in report.gate_counts().items()),
                       highlight=False)
     if report.settings_diff:
-        console.print("settings differ: " + "; ".join(report.settings_diff), soft_wrap=True,
+        console.print(cell("settings differ: " + "; ".join(report.settings_diff)), soft_wrap=True,
                       highlight=False)
     if report.new_records == 0:
         console.print("NEW has no run records", highlight=False)
@@ -234,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from rich.console import Console
+    from rich.text import Text
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.strict and (report.mismatched or (report.settings_diff
@@ -258,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
-        console.print(f"csv: {args.csv}", highlight=False)
+        console.print(cell(f"csv: {args.csv}"), highlight=False)
     if args.html is not None:
         from param_compute.results.compare_html import compare_html
         from param_compute.results.outputs import write_output
@@ -273,7 +276,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except OSError as exc:
             print(f"error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_INVALID
-        console.print(f"html: {args.html}", highlight=False)
+        console.print(cell(f"html: {args.html}"), highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
         parts = []
@@ -284,7 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
         parts.extend(report.gate_failures(args.across_settings))
         if parts:
-            console.print(f"[red]regression gate failed[/red]: {'; '.join(parts)}",
+            console.print(Text.assemble(("regression gate failed", "red"),
+                                        cell(f": {'; '.join(parts)}")),
                           highlight=False, soft_wrap=True)
             return EXIT_REGRESSION
         console.print("regression gate passed", highlight=False)

@@ -33,7 +33,21 @@ def spec_digest(path: Path) -> str:
 MEASURING_KEYS = ("device", "warmup", "iteration", "backward", "exec_mode", "num_threads",
                   "seed", "min_time", "max_iteration", "warmup_time", "verify", "cuda_l2_cache",
                   "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace",
-                  "timer", "max_noise", "discard_disturbed")
+                  "timer", "max_noise", "discard_disturbed", "repetitions", "cold",
+                  "discard_throttled", "max_time")
+#: Of those, keys that older files lack (compared only where the file has them), and keys
+#: that matter only beside another (``--max-time`` bounds ``--max-noise`` only).
+LATER_KEYS = ("repetitions", "cold", "discard_throttled", "max_time")
+ONLY_WITH = {"max_time": "max_noise"}
+
+
+def _differs(key: str, options: Dict[str, Any], run_options: Dict[str, Any]) -> bool:
+    if key not in run_options or (key in LATER_KEYS and key not in options):
+        return False
+    partner = ONLY_WITH.get(key)
+    if partner is not None and not (options.get(partner) or run_options.get(partner)):
+        return False
+    return options.get(key) != run_options.get(key)
 
 
 #: Machine facts (``sys_info``) a resumed file must keep: its runs would not be comparable.
@@ -47,6 +61,9 @@ class ResumeState:
     completed: Set[str] = field(default_factory=set)  # run keys (op|config|build|input)
     damaged: List[LineProblem] = field(default_factory=list)  # left in place, reported
     torn: Optional[LineProblem] = None  # the last line, cut off when writing resumes
+    #: the fewest processes (``repetition_medians``) of any measured pass per record that has
+    #: them: a run interrupted in ``--repetitions`` holds fewer than were asked for
+    processes: Dict[str, int] = field(default_factory=dict)
 
     @property
     def torn_line(self) -> bool:
@@ -75,8 +92,8 @@ class ResumeState:
             raise OptionsError(f"--resume: {self.path} {which}; resume with that spec, write to "
                                "a new --output, or pass --resume-mixed to mix them")
         differ = [f"{key}: {options.get(key)!r} in the file, {run_options.get(key)!r} now"
-                  for key in MEASURING_KEYS if run_options is not None
-                  and key in run_options and options.get(key) != run_options.get(key)]
+                  for key in MEASURING_KEYS
+                  if run_options is not None and _differs(key, options, run_options)]
         machine = self.header.get("sys_info")
         if isinstance(machine, dict) and sys_info is not None:  # another host, GPU or torch
             differ += [f"{key}: {machine[key]!r} in the file, {sys_info[key]!r} now"
@@ -86,6 +103,13 @@ class ResumeState:
             raise OptionsError(f"--resume: {self.path} was measured with other settings ("
                                + "; ".join(differ) + "); rerun with the same options, write to "
                                "a new --output, or pass --resume-mixed to mix them")
+        wanted = (run_options or {}).get("repetitions") or 1
+        partial = sum(1 for n in self.processes.values() if n < wanted)
+        if partial:
+            log.warning("resuming %s: %d run(s) there were measured in fewer than the %d "
+                        "repetitions asked for (an interrupted run); kept as they are, not "
+                        "measured again (their repetition_medians say how many)", self.path,
+                        partial, wanted)
         if bool(options.get("dry_run")) != dry_run:
             raise OptionsError(f"--resume: {self.path} holds a "
                                f"{'dry' if options.get('dry_run') else 'measured'} run; "
@@ -124,7 +148,13 @@ def scan_results(path: Path) -> ResumeState:
                 continue
             kind = line.kind
             if kind == RECORD:
-                state.completed.add(key_of(line.value["op_name"], line.value["id"]))
+                key = key_of(line.value["op_name"], line.value["id"])
+                state.completed.add(key)
+                counts = [len(p["repetition_medians"]) for p in
+                          (line.value.get("stats") or {}).values()
+                          if isinstance(p, dict) and "repetition_medians" in p]
+                if counts:
+                    state.processes[key] = min(counts)
             elif kind == HEADER and state.header is None:
                 state.header = line.value
     except ResultsFileError as exc:

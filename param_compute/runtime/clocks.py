@@ -79,6 +79,8 @@ def measuring_refusal(max_noise: float, max_time: float, min_time: float, iterat
     """What is wrong with ``--max-noise``/``--max-time``/``--keep-samples`` (None: nothing)."""
     if not (math.isfinite(max_noise) and max_noise >= 0) or (max_noise and iteration == 0):
         return f"--max-noise must be a percentage > 0 with --iteration >= 1, got {max_noise}"
+    if not (math.isfinite(max_time) and max_time >= 0):  # refused where unused, too
+        return f"--max-time must be >= 0 seconds and finite, got {max_time}"
     if max_noise and not (min_time <= max_time < math.inf):
         return f"--max-time ({max_time}) must be finite and >= --min-time ({min_time})"
     if keep_samples < 1:

@@ -99,12 +99,15 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
     dtype = torch_dtype(spec["dtype"])
     shape = tuple(spec["shape"])
     value_range = spec.get("value_range")
+    if VALUE_PROFILE in spec and not dtype.is_floating_point:  # a dtype __copy__ filled in
+        raise ValueError(f"value_profile applies to floating tensors, not {spec['dtype']} "
+                         "(its dtype copied from another arg by __copy__?)")
     if dtype.is_floating_point or dtype.is_complex:
         tensor = torch.rand(shape, dtype=dtype, device=device)
         if value_range:
             low, high = value_range
             tensor.mul_(high - low).add_(low)
-        if VALUE_PROFILE in spec and dtype.is_floating_point:
+        if VALUE_PROFILE in spec:
             tensor = with_profile(tensor, spec[VALUE_PROFILE])
     elif dtype == torch.bool:
         tensor = torch.randint(0, 2, shape, device=device).bool()

@@ -96,7 +96,8 @@ class Engine:
 
             return RepeatedExecutor(lambda: IsolatedExecutor(context), self._selected(),
                                     self.options.repetitions, self.options.seed,
-                                    Canary() if self.options.canary else None)
+                                    Canary() if self.options.canary else None,
+                                    self.options.keep_samples)
         if self.options.isolate:
             from param_compute.runtime.isolation import IsolatedExecutor
 

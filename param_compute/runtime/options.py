@@ -257,10 +257,11 @@ class RunOptions:
         if self.num_threads > most:  # OpenMP would try to start them all (a segfault)
             raise OptionsError(f"--num-threads {self.num_threads} is more than this machine "
                                f"allows: at most {most} ({THREADS_PER_CPU} per CPU)")
-        if self.min_time < 0:
-            raise OptionsError(f"--min-time must be >= 0 seconds, got {self.min_time}")
-        if self.warmup_time < 0:
-            raise OptionsError(f"--warmup-time must be >= 0 seconds, got {self.warmup_time}")
+        if not (math.isfinite(self.min_time) and self.min_time >= 0):
+            raise OptionsError(f"--min-time must be >= 0 seconds and finite, got {self.min_time}")
+        if not (math.isfinite(self.warmup_time) and self.warmup_time >= 0):
+            raise OptionsError(f"--warmup-time must be >= 0 seconds and finite, got "
+                               f"{self.warmup_time}")
         why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
             or measuring_refusal(
             self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples)

@@ -29,7 +29,7 @@ from param_compute.plan.runkey import join_fields
 from param_compute.plan.runplan import PlannedRun
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
-from param_compute.results.stats import pooled_facts, summarize
+from param_compute.results.stats import pooled_facts, summarize, thin
 
 log = logging.getLogger("param_compute")
 
@@ -41,9 +41,10 @@ def repetition_order(runs: Sequence[PlannedRun], seed: int, repetition: int) -> 
     return order
 
 
-def _combined_pass(passes: Sequence[PassResult]) -> PassResult:
-    """The kept samples of every repetition end to end; ``n`` counts every sample measured
-    (``kept`` how many the record holds, where a repetition thinned its samples)."""
+def _combined_pass(passes: Sequence[PassResult], keep: Optional[int] = None) -> PassResult:
+    """The kept samples of every repetition end to end, thinned to ``keep`` (``--keep-samples``)
+    where they are more; ``n`` counts every sample measured (``kept`` how many the record
+    holds, where samples were thinned)."""
     first = passes[0]
     extra: Dict[str, List[float]] = {}
     for one in passes:
@@ -53,16 +54,23 @@ def _combined_pass(passes: Sequence[PassResult]) -> PassResult:
     times = [t for p in passes for t in p.measure_ms]
     facts = pooled_facts([p.facts for p in passes])
     summary = summarize(times)
-    if summary is not None and any(p.summary is not None for p in passes):
+    thinned = keep is not None and len(times) > keep
+    if summary is not None and (thinned or any(p.summary is not None for p in passes)):
         summary["n"] = sum((p.stats() or {}).get("n", 0) for p in passes)
         facts["kept"] = len(times)
+    if thinned:
+        from param_compute.runtime.measure import PER_SAMPLE
+
+        times, facts["kept"] = thin(times, keep), keep
+        extra.update({key: thin(extra[key], keep) for key in PER_SAMPLE if key in extra})
     return dataclasses.replace(
         first, warmup_ms=[t for p in passes for t in p.warmup_ms], measure_ms=times,
         extra=extra, iterations=sum(counts) if counts else None, facts=facts, summary=summary)
 
 
-def combine(records: Sequence[RunRecord]) -> RunRecord:
-    """One run's record from its records of every repetition, in repetition order."""
+def combine(records: Sequence[RunRecord], keep: Optional[int] = None) -> RunRecord:
+    """One run's record from its records of every repetition, in repetition order (at most
+    ``keep`` samples a pass)."""
     for index, record in enumerate(records):
         if record.status != STATUS_OK:
             error = record.error or RunError("Failed", record.status, "run")
@@ -73,7 +81,7 @@ def combine(records: Sequence[RunRecord]) -> RunRecord:
     for name in names:
         each = [next(p for p in r.passes if p.name == name) for r in records
                 if any(p.name == name for p in r.passes)]
-        passes.append(_combined_pass(each))
+        passes.append(_combined_pass(each, keep))
         medians[name] = [p.stats()["median"] for p in each if p.measure_ms]  # of all samples
     verdicts = [r.verify for r in records if r.verify is not None]
     failed = [v for v in verdicts if v.get("status") not in (None, "PASS")]
@@ -89,8 +97,9 @@ class RepeatedExecutor:
     seeded order); each ``execute`` then returns the run's combined record."""
 
     def __init__(self, fresh: Callable[[], object], runs: Sequence[PlannedRun], count: int,
-                 seed: int, canary: Optional[object] = None):
+                 seed: int, canary: Optional[object] = None, keep: Optional[int] = None):
         self.fresh = fresh
+        self.keep = keep  # --keep-samples: the most samples a combined pass holds
         self.runs = list(runs)
         self.count = count
         self.seed = seed
@@ -169,7 +178,7 @@ class RepeatedExecutor:
             return None
         if self.stop is not None and run.key == self._last_measured():
             GUARD.raise_after_line(getattr(self.stop, "signum", signal.SIGINT))
-        return combine(records)
+        return combine(records, self.keep)
 
     def _last_measured(self) -> str:
         if self._last is None:

@@ -20,6 +20,7 @@ from param_compute.spec.macros import (ATTR_COPY, ATTR_LIST, ATTR_RANGE, DEFAULT
                                        DUMMY_ITERATOR, MACRO_KEYS, RANGE_ITERATOR,
                                        expanded_lists, has_macros, is_whole_copy)
 from param_compute.spec.wording import dtype_hint, json_type, short
+from param_compute.spec.walker import misplaced_keys
 
 
 def _is_int(value: Any) -> bool:
@@ -102,10 +103,9 @@ class DataSpecChecks:
         if section.custom:
             return  # a custom iterator gives macros its own meaning
         self._check_macro_names(spec, path, arg_type, ranged, listed)
-        if "run_device" in spec and arg_type != "device":
-            self.problem(path + ("run_device",), f"run_device applies to device args, not to "
-                                                 f"{short(arg_type)}",
-                         "drop it (a tensor without \"device\" is made on the run's device)")
+        for key, owner, hint in misplaced_keys(spec):
+            self.problem(path + (key,), f"{key} applies to {owner} args, not to "
+                         f"{short(arg_type)}", hint)
         name = _CHECKERS.get(arg_type) if isinstance(arg_type, str) else None
         checker = getattr(self, name) if name else None
         if checker:

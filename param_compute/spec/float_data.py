@@ -23,6 +23,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.dtypes import DTYPE_NAMES
+from param_compute.spec.wording import short
 
 VALUE_PROFILE = "value_profile"
 PROFILE_KEYS = ("zeros", "subnormal")
@@ -73,10 +74,12 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
         return []
     profile = spec[VALUE_PROFILE]
     where = (VALUE_PROFILE,)
-    dtype = spec.get("dtype")
-    if isinstance(dtype, str) and dtype in DTYPE_NAMES and DTYPE_NAMES[dtype] not in FLOAT_DTYPES:
-        return [(where, f"value_profile applies to floating tensors, not {dtype}",
-                 "use a floating dtype (float, half, bfloat16, double) or drop it")]
+    dtypes = spec.get("dtype") if isinstance(spec.get("dtype"), list) else [spec.get("dtype")]
+    for dtype in dtypes:  # each of a ranged or listed dtype gets the profile
+        if isinstance(dtype, str) and dtype in DTYPE_NAMES \
+                and DTYPE_NAMES[dtype] not in FLOAT_DTYPES:
+            return [(where, f"value_profile applies to floating tensors, not {dtype}",
+                     "use a floating dtype (float, half, bfloat16, double) or drop it")]
     if not isinstance(profile, dict):
         return [(where, 'value_profile is an object {"zeros": FRACTION, "subnormal": FRACTION}',
                  None)]
@@ -86,7 +89,7 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
     for key in PROFILE_KEYS:
         if key in profile and not _fraction(profile[key]):
             problems.append((where + (key,), f"{key} is a fraction in [0, 1], got "
-                                             f"{str(profile[key])[:40]}", None))
+                                             f"{short(profile[key], 40)}", None))
     if not problems and sum(profile.get(key, 0) for key in PROFILE_KEYS) > 1:
         problems.append((where, f"zeros + subnormal is "
                                 f"{sum(profile.get(key, 0) for key in PROFILE_KEYS):g}, more "

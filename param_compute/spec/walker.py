@@ -20,6 +20,18 @@ CONTAINER_TYPES = ("genericlist", "tuple")
 #: How deep ``nested_data_specs`` goes (the spec limits allow less nesting than this).
 MAX_NESTED = 64
 
+#: Keys that only one type of data spec reads (on another they would be ignored): its type.
+OWNED_KEYS = {"run_device": "device", **dict.fromkeys((
+    "value_profile", "distribution", "bags", "values", "pool_window", "stride",
+    "storage_offset"), "tensor")}
+
+
+def misplaced_keys(spec: Dict[str, Any]) -> Iterator[Tuple[str, str, str]]:
+    """(key, the type that reads it, a hint) of each key of ``spec`` its type would ignore."""
+    return ((key, owner, "drop it" + (" (a tensor without \"device\" is made on the run's "
+                                      "device)" if key == "run_device" else ""))
+            for key, owner in OWNED_KEYS.items() if key in spec and spec.get("type") != owner)
+
 
 def config_entries(raw: Any) -> Iterator[Tuple[Dict[str, Any], tuple]]:
     """(config entry, path) of every config entry of every operator."""

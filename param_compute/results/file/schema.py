@@ -29,6 +29,9 @@ def line_kind(value: Dict[str, Any]) -> str:
 
 #: Fields of a run record the tools read, and the JSON type each must have when present.
 _RECORD_TEXT = ("op_name", "id", "status")
+#: The longest ``op_name``/``id``/``status`` taken (real ones are tens of characters; a longer
+#: one would be printed whole in every table, plot and history series that names the run).
+MAX_NAME = 1000
 _RECORD_OBJECTS = ("config", "metric", "stats", "throughput", "error", "target", "verify",
                    "original_us")
 #: Text fields of a pass's ``throughput`` / ``stats`` (every other one is a number or null).
@@ -106,6 +109,8 @@ def schema_problem(value: Dict[str, Any]) -> Optional[str]:
     for key in _RECORD_TEXT:
         if key in value and not isinstance(value[key], str):
             return f"run record's {key} is not a string"
+        if len(value.get(key) or "") > MAX_NAME:
+            return f"run record's {key} is longer than {MAX_NAME} characters"
     for key in _RECORD_OBJECTS:
         if value.get(key) is not None and not isinstance(value[key], dict):
             return f"run record's {key} is not an object"

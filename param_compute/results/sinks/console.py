@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
+from rich.text import Text
 
 from param_compute.plan.summary import config_label
 from param_compute.results.sinks.base import RecordSink, RunSummary
@@ -29,7 +30,7 @@ from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
 from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_noisy
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.workload_totals import WorkloadTotals
-from param_compute.formatting import format_ms
+from param_compute.formatting import cell, format_ms
 
 log = logging.getLogger("param_compute")
 
@@ -234,9 +235,9 @@ class ConsoleReporter(RecordSink):
         for note in getattr(summary, "notes", ()):  # what other sinks declared
             self.console.print(note, soft_wrap=True, highlight=False)
         for record in summary.failed[:SUMMARY_ROWS]:
-            self.console.print(f"  [red]failed[/red] {key_of(record.op_name, record.id)} "
-                               f"({record.error.phase}): {record.error.type}: "
-                               f"{record.error.message}", soft_wrap=True, highlight=False)
+            self.console.print(Text.assemble("  ", ("failed", "red"), cell(
+                f" {key_of(record.op_name, record.id)} ({record.error.phase}): "
+                f"{record.error.type}: {record.error.message}")), soft_wrap=True, highlight=False)
         if self.results_path:
             self.console.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)
 
@@ -267,13 +268,13 @@ class ConsoleReporter(RecordSink):
 
     def _cells(self, record: RunRecord, shown: List[str]) -> List[List[str]]:
         label = config_label(record.config)
-        base = {"op": record.op_name, "id": record.id, "config": label}
+        base = {"op": cell(record.op_name), "id": cell(record.id), "config": cell(label)}
         if record.status == STATUS_DRY_RUN:
             return [[base.get(c, "planned" if c == "pass" else "") for c in shown]]
         if record.status != STATUS_OK:
             message = record.error.message[:60] if record.error else ""
             values = {**base, "pass": "-", "median": f"[red]{record.status}[/red]",
-                      "95% CI": message}
+                      "95% CI": cell(message)}
             return [[values.get(c, "") for c in shown]]
         out = []
         stats_by_pass = record.stats()
@@ -316,11 +317,9 @@ class _Reverse:
         return isinstance(other, _Reverse) and self.key == other.key
 
 
-def _plain(cell: str) -> str:
-    """A cell's text without rich markup (for its width)."""
-    from rich.text import Text
-
-    return Text.from_markup(cell).plain
+def _plain(value: Any) -> str:
+    """A cell's text without rich markup (for its width); data cells are ``Text`` already."""
+    return value.plain if isinstance(value, Text) else Text.from_markup(value).plain
 
 
 def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int = 10) -> None:
@@ -336,15 +335,16 @@ def print_workload_totals(console: Console, totals: WorkloadTotals, top_ops: int
         configs.add_column(column, justify=justify, no_wrap=True, overflow="ellipsis",
                            max_width=room if column == "config" else None)
     for top in totals.top_configs():
-        config = [top.config] if (console.width or 0) >= 90 else []
-        configs.add_row(top.op, top.id, *config, format_ms(top.median_ms), str(top.count),
+        config = [cell(top.config)] if (console.width or 0) >= 90 else []
+        configs.add_row(cell(top.op), cell(top.id), *config, format_ms(top.median_ms),
+                        str(top.count),
                         format_ms(top.total_ms), f"{totals.share(top.total_ms):.1%}")
     ops = Table(title="top operators by total time", title_justify="left")
     for column, justify in (("op", "left"), ("configs", "right"), ("calls", "right"),
                             ("total", "right"), ("share", "right")):
         ops.add_column(column, justify=justify)
     for op in totals.top_ops(top_ops):
-        ops.add_row(op.op_name, str(op.configs), str(op.calls), format_ms(op.total_ms),
+        ops.add_row(cell(op.op_name), str(op.configs), str(op.calls), format_ms(op.total_ms),
                     f"{totals.share(op.total_ms):.1%}")
     if totals.configs:
         console.print(configs)
