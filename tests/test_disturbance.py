@@ -259,13 +259,14 @@ def test_canary_drift_marks_the_record(monkeypatch):
     assert "canary_drift" not in record
 
 
-def test_the_real_canary_is_cheap_and_deterministic():
+def test_the_real_canary_is_deterministic_and_takes_its_baseline():
     work = canary_module.matrix_product()
     first = work().clone()
     assert first.shape == (64, 64) and bool((work() == first).all())
     canary = Canary()
     canary.start()
-    assert 0 < canary.baseline < 5.0 and canary.interval > 0
+    # no absolute time here (a loaded machine may take any time): a baseline, a band, a spacing
+    assert canary.baseline > 0 and canary.band >= canary_module.MIN_BAND and canary.interval > 0
 
 
 def test_header_has_load_average_and_governor(tmp_path):
