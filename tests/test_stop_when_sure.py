@@ -3,6 +3,7 @@ stop reasons, --keep-samples thinning with statistics from every sample, peak_by
 
 from __future__ import annotations
 
+import gc
 import random
 from types import SimpleNamespace
 
@@ -138,16 +139,23 @@ def test_pass_result_thinning_keeps_parallel_lists_aligned():
 
 
 def test_rss_window_sees_a_transient_allocation():
-    window = host_memory.RssWindow()
-    window.start()
-    if not window.peak_resets:
-        pytest.skip("this kernel does not let the peak RSS be reset")
-    block = bytearray(64 << 20)  # touched: zero-filled pages become resident as written
-    block[::4096] = b"\x01" * len(block[::4096])
-    del block
-    assert window.peak_bytes() >= 60 << 20
-    window.start()
-    assert window.peak_bytes() < 32 << 20
+    # Earlier tests' garbage freed inside the window (a collection while it is open) would
+    # lower the resident set below the window's start by more than this test allocates.
+    gc.collect()
+    gc.disable()
+    try:
+        window = host_memory.RssWindow()
+        window.start()
+        if not window.peak_resets:
+            pytest.skip("this kernel does not let the peak RSS be reset")
+        block = bytearray(64 << 20)  # touched: zero-filled pages become resident as written
+        block[::4096] = b"\x01" * len(block[::4096])
+        del block
+        assert window.peak_bytes() >= 60 << 20
+        window.start()
+        assert window.peak_bytes() < 32 << 20
+    finally:
+        gc.enable()
 
 
 def test_rss_window_without_proc(monkeypatch, tmp_path):
