@@ -18,32 +18,15 @@ from param_compute.runtime.devices import CudaDevice, Device
 from param_compute.runtime.measure import MIN_SURE_N, PassMeasurer, relative_half_width
 from param_compute.runtime.options import RunOptions
 from param_compute.runtime.ranges import Annotator
+from test_measure_protocol import SettlingClock
 
 RUN = SimpleNamespace(op_name="torch.fake", id="0|0|0")
 
 
-class CostClock:
+class CostClock(SettlingClock):
     """A host clock (CPU time paired) where each call of ``op`` costs ``cost(i)`` ms."""
 
     name = "host"
-    barrier = None
-
-    def __init__(self, cost):
-        self.now, self.calls, self.cost = 0.0, 0, cost
-
-    def stamp(self):
-        return self.now
-
-    @staticmethod
-    def elapsed_ms(start, end):
-        return end - start
-
-    def synchronize(self):
-        pass
-
-    def op(self):
-        self.now += self.cost(self.calls)
-        self.calls += 1
 
 
 def measure(cost, **options):

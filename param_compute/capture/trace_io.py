@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from param_compute.capture.accounting import TraceError
+from param_compute.formatting import file_kind
 
 #: Bytes of JSON text (decompressed) one trace or Kineto file may hold.
 MAX_TRACE_BYTES = 2 * 2**30
@@ -72,11 +73,8 @@ def open_regular(path: Path):
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-        raise TraceError(path, [f"is {what}, not a regular file; traces are read from regular "
-                                "files only"])
+        raise TraceError(path, [f"is {file_kind(mode)}, not a regular file; traces are read "
+                                "from regular files only"])
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
+from param_compute.formatting import file_kind
 #: The default ``--db``: one SQLite file in the working directory.
 DEFAULT_DB = "param_compute_history.db"
 #: Pages of SQLite's write-ahead log between checkpoints (16384 pages of 4 KiB: 64 MiB).
@@ -141,16 +142,6 @@ class PostgresBackend(Backend):
             "current_schema()")]
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-
-
 def _open_sqlite(path: Path, create: bool) -> SQLiteBackend:
     import sqlite3
 
@@ -167,7 +158,7 @@ def _open_sqlite(path: Path, create: bool) -> SQLiteBackend:
     except OSError as exc:
         raise HistoryError(f"{path}: cannot open: {exc.strerror or exc}") from None
     if mode is not None and not stat.S_ISREG(mode):
-        raise HistoryError(f"{path}: is {_kind(mode)}, not a history database (a regular "
+        raise HistoryError(f"{path}: is {file_kind(mode)}, not a history database (a regular "
                            "SQLite file)")
     try:
         connection = sqlite3.connect(str(path), timeout=60, isolation_level=None)

@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 
 from param_compute.dtypes import DTYPE_NAMES
 from param_compute.errors import OptionsError
+from param_compute.formatting import file_kind
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
 #: Largest peaks file or cache read (an entry is a few hundred bytes; the cache one per setup).
@@ -95,16 +96,6 @@ class Peaks:
         return cls.from_entry(read_json(Path(path), f"--peaks {path}"), f"--peaks {path}")
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-
-
 def read_json(path: Path, where: str) -> Any:
     """The JSON value of a peaks file or the cache: a regular file of at most
     ``MAX_PEAKS_BYTES``, opened without blocking (a FIFO is refused, not waited on); anything
@@ -117,7 +108,7 @@ def read_json(path: Path, where: str) -> Any:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise OptionsError(f"{where}: is {_kind(mode)}; peaks are read from a regular file")
+        raise OptionsError(f"{where}: is {file_kind(mode)}; peaks are read from a regular file")
     os.set_blocking(fd, True)
     try:
         with os.fdopen(fd, "rb") as stream:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from param_compute.results.file.schema import (FINISH, HEADER, RECORD, RESUME, line_kind,
                                                schema_problem)
 
+from param_compute.formatting import file_kind
 from param_compute.plan.runkey import key_of
 
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
@@ -75,11 +76,8 @@ def _open_regular(path: Path):
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = "a directory" if stat.S_ISDIR(mode) else (
-            "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
-            or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-        raise ResultsFileError(f"{path}: is {what}, not a regular file; a results file is a "
-                               "regular file")
+        raise ResultsFileError(f"{path}: is {file_kind(mode)}, not a regular file; a results "
+                               "file is a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
