@@ -221,6 +221,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _write_output(flag: str, path: Path, report: CompareReport, args: argparse.Namespace,
+                  inputs: Dict[str, Optional[Path]]) -> Optional[str]:
+    """Write the ``--csv`` or ``--html`` output; what went wrong, or None."""
+    try:
+        if flag == "--csv":
+            write_csv(report, path, inputs)
+        else:
+            from param_compute.results.compare_html import compare_html
+            from param_compute.results.outputs import write_output
+
+            write_output(flag, path, compare_html(report, args.base, args.new, args.alpha),
+                         inputs)
+    except OptionsError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if not 0 < args.alpha < 1:
@@ -229,10 +248,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.fail_on_regression is not None and not (0 <= args.fail_on_regression < math.inf):
         print("error: --fail-on-regression takes a percentage >= 0", file=sys.stderr)
         return EXIT_INVALID
-    try:
+    from param_compute.results.outputs import check_outputs
+
+    inputs = {"BASE": args.base, "NEW": args.new}
+    try:  # before anything is read: never a link, a directory, a FIFO or an input
+        check_outputs({"--csv": args.csv, "--html": args.html}, inputs)
         report = compare_files(args.base, args.new, args.alpha, max(args.resamples, 0),
                                args.across_settings)
-    except ResultsFileError as exc:
+    except (OptionsError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from rich.console import Console
@@ -251,32 +274,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     render(report, args.base, args.new, console, args.max_rows, args.alpha)
     if not report.rows:
         console.print("no run measured in both files")
-    inputs = {"BASE": args.base, "NEW": args.new}
-    if args.csv is not None:
-        try:
-            write_csv(report, args.csv, inputs)
-        except OptionsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_INVALID
-        except OSError as exc:
-            print(f"error: cannot write {args.csv}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_INVALID
-        console.print(cell(f"csv: {args.csv}"), highlight=False)
-    if args.html is not None:
-        from param_compute.results.compare_html import compare_html
-        from param_compute.results.outputs import write_output
-
-        try:
-            write_output("--html", args.html,
-                         compare_html(report, args.base, args.new, args.alpha),
-                         dict(inputs, **{"--csv": args.csv}))
-        except OptionsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_INVALID
-        except OSError as exc:
-            print(f"error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_INVALID
-        console.print(cell(f"html: {args.html}"), highlight=False)
+    for flag, path in (("--csv", args.csv), ("--html", args.html)):
+        if path is not None:
+            problem = _write_output(flag, path, report, args, inputs)
+            if problem is not None:
+                print(f"error: {problem}", file=sys.stderr)
+                return EXIT_INVALID
+            console.print(cell(f"{flag[2:]}: {path}"), highlight=False)
     if args.fail_on_regression is not None:
         regressions = report.regressions(args.fail_on_regression)
         parts = []
