@@ -21,6 +21,7 @@ within ``--op-tolerance`` (25%) of the original (each op timed in place in the r
 Exit status 1 on a miss (the table says which).
 
     python bench/replay_models.py [--models resnet18,gpt2,lstm,dlrm] [--reps 3] [--quick]
+                                  [--device cuda] [--batch-scale 8]
 """
 
 from __future__ import annotations
@@ -160,33 +161,35 @@ def _training_step(model: nn.Module, optimizer, loss_of: Callable[[], torch.Tens
     return step
 
 
-def build(name: str, quick: bool, device: str) -> Callable[[], None]:
+def build(name: str, quick: bool, device: str, scale: int = 1) -> Callable[[], None]:
+    """One training step of model ``name``; ``scale`` multiplies its batch."""
     torch.manual_seed(0)
     if name == "resnet18":
         model = ResNet18(16 if quick else 64, 100 if quick else 1000).to(device)
         size = 32 if quick else 112
-        x = torch.randn(8, 3, size, size, device=device)
-        y = torch.randint(0, 100 if quick else 1000, (8,), device=device)
+        x = torch.randn(8 * scale, 3, size, size, device=device)
+        y = torch.randint(0, 100 if quick else 1000, (8 * scale,), device=device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         return _training_step(model, optimizer, lambda: F.cross_entropy(model(x), y))
     if name == "gpt2":
         seq, vocab = (32, 512) if quick else (128, 8192)
         model = GPT2(2 if quick else 4, 64 if quick else 256, 4, vocab, seq).to(device)
-        idx = torch.randint(0, vocab, (8, seq), device=device)
-        target = torch.randint(0, vocab, (8, seq), device=device)
+        idx = torch.randint(0, vocab, (8 * scale, seq), device=device)
+        target = torch.randint(0, vocab, (8 * scale, seq), device=device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         return _training_step(model, optimizer, lambda: F.cross_entropy(
             model(idx).view(-1, vocab), target.view(-1)))
     if name == "lstm":
         vocab, width, steps = (1000, 64, 10) if quick else (10000, 256, 35)
         model = LstmLM(vocab, width).to(device)
-        tokens = torch.randint(0, vocab, (steps, 20), device=device)
-        target = torch.randint(0, vocab, (steps, 20), device=device)
+        tokens = torch.randint(0, vocab, (steps, 20 * scale), device=device)
+        target = torch.randint(0, vocab, (steps, 20 * scale), device=device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         return _training_step(model, optimizer, lambda: F.cross_entropy(
             model(tokens).view(-1, vocab), target.view(-1)))
     if name == "dlrm":
         rows, batch = (10_000, 64) if quick else (100_000, 256)
+        batch *= scale
         model = DLRM(8, rows).to(device)
         dense = torch.randn(batch, 13, device=device)
         indices = [torch.randint(0, rows, (batch * 20,), device=device) for _ in range(8)]
@@ -221,7 +224,7 @@ def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
 
 def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     torch.set_num_threads(1)
-    step = build(name, options.quick, options.device)
+    step = build(name, options.quick, options.device, options.batch_scale)
     started = time.perf_counter()
     workload = capture_run(step, warmup=2, steps=1, source=f"bench {name}",
                            repeats=options.real_steps)
@@ -232,12 +235,16 @@ def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     for rep in range(options.reps):
         real = statistics.median(time_step(step, options.real_steps)) / 1e3
         in_place: Dict[str, float] = {}
-        for func, times in time_ops_in_place(step, 1, passes=3).items():
+        in_place_faults: Dict[str, float] = {}
+        faults: Dict[str, List[float]] = {}
+        for func, times in time_ops_in_place(step, 1, passes=3, faults=faults).items():
             namespace, base = func.split(".")[:2]
             op = f"{namespace}::{base}"
             in_place[op] = in_place.get(op, 0.0) + sum(times) / 1e3
+            in_place_faults[op] = in_place_faults.get(op, 0.0) + sum(faults.get(func, []))
         ledger = replay_once(spec, workdir / f"{name}_{rep}.json", options)
         ledger["in_place"] = in_place
+        ledger["in_place_faults"] = in_place_faults
         reps.append((real, ledger))
         print(f"  {name} rep {rep + 1}: real {real:.2f} ms, in-step {ledger['in_step_ms']:.2f}"
               f" ms, isolated {ledger['isolated_ms']:.2f} ms", flush=True)
@@ -249,6 +256,11 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _op_entry() -> Dict[str, List[float]]:
+    return {"original": [], "in_step": [], "isolated": [], "original_faults": [],
+            "in_step_faults": []}
+
+
 def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
     reps = result["reps"]
     real = _median([r for r, _ in reps])
@@ -258,13 +270,15 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
     ops: Dict[str, Dict[str, List[float]]] = {}
     for _, rep_ledger in reps:
         for row in rep_ledger["ops"]:
-            entry = ops.setdefault(row["op"], {"original": [], "in_step": [], "isolated": []})
-            for key, field in (("in_step", "in_step_ms"), ("isolated", "isolated_ms")):
+            entry = ops.setdefault(row["op"], _op_entry())
+            for key, field in (("in_step", "in_step_ms"), ("isolated", "isolated_ms"),
+                               ("in_step_faults", "in_step_faults")):
                 if row[field] is not None:
                     entry[key].append(row[field])
         for op, original in rep_ledger["in_place"].items():  # timed in place beside the replay
-            ops.setdefault(op, {"original": [], "in_step": [], "isolated": []})[
-                "original"].append(original)
+            entry = ops.setdefault(op, _op_entry())
+            entry["original"].append(original)
+            entry["original_faults"].append(rep_ledger["in_place_faults"].get(op))
     checked, misses = [], []
     for op, entry in ops.items():
         original = _median(entry["original"])
@@ -272,7 +286,8 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
             continue
         step_ms = _median(entry["in_step"])
         ratio = step_ms / original if step_ms else None
-        row = (op, original, step_ms, _median(entry["isolated"]), ratio)
+        row = (op, original, step_ms, _median(entry["isolated"]), ratio,
+               _median(entry["original_faults"]), _median(entry["in_step_faults"]))
         checked.append(row)
         if ratio is None or abs(ratio - 1) > options.op_tolerance:
             misses.append(row)
@@ -307,14 +322,16 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
             continue
         print(f"\n{v['name']}: ops above 2% of the step (median over repetitions; original: "
               "timed in place beside each replay; reason from the last ledger)")
-        print("| op | original ms | in-step ms | isolated ms | in-step / original | reason |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| op | original ms | in-step ms | isolated ms | in-step / original | "
+              "page faults per step, original / in-step | reason |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         reasons = {row["op"]: row["reason"] for row in v["ledger"]["ops"]}
-        for op, original, step_ms, isolated, ratio in sorted(v["checked"],
-                                                              key=lambda r: -r[1]):
-            miss = " MISS" if (op, original, step_ms, isolated, ratio) in v["misses"] else ""
+        for row in sorted(v["checked"], key=lambda r: -r[1]):
+            op, original, step_ms, isolated, ratio, faults, step_faults = row
+            miss = " MISS" if row in v["misses"] else ""
             print(f"| {op} | {original:.2f} | {fmt(step_ms)} | {fmt(isolated)} | "
-                  f"{fmt(ratio)}{miss} | {reasons.get(op, '')} |")
+                  f"{fmt(ratio)}{miss} | {fmt(faults, '.0f')} / {fmt(step_faults, '.0f')} | "
+                  f"{reasons.get(op, '')} |")
 
 
 def main() -> int:
@@ -326,6 +343,9 @@ def main() -> int:
     parser.add_argument("-i", "--iters", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--batch-scale", type=int, default=1,
+                        help="multiply each model's batch (on a GPU the default batches give "
+                             "launch-bound steps of 5-11 ms)")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")

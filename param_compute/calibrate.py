@@ -3,6 +3,7 @@
 import sys
 
 from param_compute.runtime.calibrate import main
+from param_compute.process.entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -6,6 +6,7 @@ The code: ``param_compute.results.compare``.
 import sys
 
 from param_compute.results.compare import main
+from param_compute.process.entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

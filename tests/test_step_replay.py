@@ -79,6 +79,8 @@ def _step(**changes):
     (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "in": [[[0], 0, ["x"]]]}]),
      "calls[1].in[0]", "output must be"),
     (_step(calls=[{"run": "a|0|0|0", "original_us": -1}]), "calls[0].original_us", ">= 0"),
+    (_step(calls=[{"run": "a|0|0|0", "faults": -3}]), "calls[0].faults", ">= 0"),
+    (_step(calls=[{"run": "a|0|0|0", "faults": "many"}]), "calls[0].faults", "finite number"),
     (_step(real_step_us="fast"), "real_step_us", "finite number"),
     ([1, 2], "(top level)", "JSON object"),
 ])
@@ -427,3 +429,101 @@ def test_device_clock_times_each_call_between_stamps(tmp_path):
     assert replay.clock.reserved == len(replay.calls) + 1
     assert times == [3e6, 5e6, 7e6]  # ns per call, in order
     assert replay.time_step() == float(6 * 6 - 5 * 5)  # the step: stamps 5 and 6
+
+
+# -- page faults: first touches of fresh memory, counted in the original and in the replay ------
+#: Larger than glibc's largest dynamic mmap threshold (32 MiB): always fresh pages, never reused.
+FRESH_FLOATS = 12 * 2**20  # 48 MiB
+
+
+def test_live_timing_counts_each_calls_page_faults(tmp_path):
+    from param_compute.capture.live_timing import CallTimer, time_ops_in_place
+    from param_compute.cli.capture import capture_run
+
+    x = torch.randn(64, 64)
+
+    def step():
+        torch.ones(FRESH_FLOATS).sum()  # 12,288 fresh pages of output, first touched here
+        torch.relu(x)
+
+    with CallTimer() as timer:
+        step()
+    assert [str(func) for func, _ in timer.resolve()] == ["aten.ones.default",
+                                                          "aten.sum.default",
+                                                          "aten.relu.default"]
+    pages = FRESH_FLOATS * 4 // os.sysconf("SC_PAGE_SIZE")
+    assert timer.faults[0] >= 0.9 * pages, timer.faults
+    assert timer.faults[2] < 0.05 * pages, timer.faults  # 16 KiB of output
+    faults = {}
+    times = time_ops_in_place(step, steps=1, passes=3, faults=faults)
+    assert set(faults) == set(times)
+    assert faults["aten.ones.default"][0] >= 0.9 * pages
+    assert faults["aten.relu.default"][0] < 0.05 * pages
+    workload = capture_run(step, warmup=1, steps=1, repeats=2)
+    path, _ = workload.write(tmp_path / "s.json")
+    calls = read_step_file(step_path(path))["calls"]
+    by_op = {call["run"].split("|")[0]: call for call in calls}
+    assert by_op["aten::ones"]["faults"] >= 0.9 * pages
+    assert by_op["aten::relu"]["faults"] < 0.05 * pages
+
+
+def test_step_replay_counts_page_faults_beside_the_originals(tmp_path):
+    from param_compute.runtime.options import RunOptions
+    from param_compute.runtime.step_session import measure
+    from param_compute.cli.capture import capture_run
+
+    x = torch.randn(64, 64)
+
+    def step():
+        torch.relu(torch.ones(FRESH_FLOATS))
+        torch.relu(x)
+
+    path, _ = capture_run(step, warmup=1, steps=1, repeats=2).write(tmp_path / "s.json")
+    replay = _replay(path)
+    record = measure(replay, RunOptions(warmup=1, iteration=2))
+    pages = FRESH_FLOATS * 4 // os.sysconf("SC_PAGE_SIZE")
+    assert "median of 3 untimed steps" in record["faults_counted"]
+    configs = record["configs"]
+    ones = next(value for key, value in configs.items() if key.startswith("aten::ones|"))
+    assert ones["faults"] >= 0.9 * pages and ones["original_faults"] >= 0.9 * pages
+    small = [value for key, value in configs.items() if key.startswith("aten::relu|")]
+    assert sorted(v["faults"] >= 0.9 * pages for v in small) == [False, True]
+
+
+def test_ledger_names_page_faults_as_the_cause_of_a_gap():
+    records = [_record("aten::native_batch_norm_backward", "0|0|0", 1.0, 1, original=3600.0),
+               _record("aten::gelu", "0|0|0", 1.0, 1, original=3000.0),
+               _record("aten::mm", "0|0|0", 1.0, 2, original=1000.0),
+               _record("aten::mm", "0|0|1", 1.0, 1, original=1000.0)]
+    step = {"step_replay": {"stats": {"median": 9.0}, "configs": {
+        # 1568 fresh pages in the original, none in the replay: 3.6 ms against 1.3
+        "aten::native_batch_norm_backward|0|0|0": {"in_step_us": 1300.0, "calls": 1,
+                                                   "faults": 0, "original_faults": 1568},
+        # as slow, but the same faults on both sides: not the allocator
+        "aten::gelu|0|0|0": {"in_step_us": 1000.0, "calls": 1, "faults": 1568,
+                             "original_faults": 1568},
+        "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2, "faults": 10,
+                           "original_faults": 12},
+        "aten::mm|0|0|1": {"in_step_us": 1000.0, "calls": 1, "faults": 3}},
+        "original": {"how": {"file": "live timing (unprofiled)"}}}}
+    ledger = build_ledger(records, [(5, step)], {"device": "cpu"})
+    rows = {row["op"]: row for row in ledger["ops"]}
+    bn = rows["aten::native_batch_norm_backward"]
+    assert (bn["original_faults"], bn["in_step_faults"]) == (1568, 0)
+    assert bn["reason"] == "allocation"
+    assert rows["aten::gelu"]["reason"] == "cache"
+    # one config of mm has no original count: the op's original sum is unknown, not partial
+    assert rows["aten::mm"]["in_step_faults"] == 23 and rows["aten::mm"]["original_faults"] is None
+    text = format_ledger(ledger)
+    assert "faults orig/step" in text and "1568/0" in text and "-/23" in text
+    assert "minor page faults per step" in text
+    assert "page faults, original / in-step" in ledger_section(ledger)
+    # the reverse: the replay faults where the original reused memory, and is slower
+    step["step_replay"]["configs"]["aten::gelu|0|0|0"].update(in_step_us=6000.0, faults=4000,
+                                                              original_faults=0)
+    rows = {row["op"]: row for row in build_ledger(records, [(5, step)])["ops"]}
+    assert rows["aten::gelu"]["reason"] == "allocation"
+    # without counts the table has no faults column
+    plain = {"step_replay": {"stats": {"median": 1.0}, "configs": {
+        "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}}}}
+    assert "faults" not in format_ledger(build_ledger(records[2:3], [(1, plain)]))

@@ -58,19 +58,22 @@ class LiveCapture(TorchDispatchMode):
 
     def __init__(self, skip_views: bool = False, source: str = "live capture",
                  allow_namespaces: Sequence[str] = (),
-                 originals: Optional[Mapping[str, List[float]]] = None):
+                 originals: Optional[Mapping[str, List[float]]] = None,
+                 original_faults: Optional[Mapping[str, List[float]]] = None):
         """``originals``: op (``str(func)``) -> the µs each of its calls took in place, in
-        order (``live_timing``): the k-th captured call of an op gets the k-th time."""
+        order (``live_timing``): the k-th captured call of an op gets the k-th time;
+        ``original_faults`` likewise its minor page faults (the step file keeps them)."""
         super().__init__()
         self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
         self.workload.step = StepRecorder()
         self.originals = originals
+        self.original_faults = original_faults
         self._seen: Counter = Counter()
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        original = self._original(func)
+        original, faults = self._original(func)
         config = self._record(func, args, kwargs, original)
         try:
             inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
@@ -82,17 +85,20 @@ class LiveCapture(TorchDispatchMode):
         except Exception:
             outputs = []
         self.workload.step.call(config, inputs, outputs,
-                                original[0] if original is not None else None)
+                                original[0] if original is not None else None, faults)
         return out
 
     def _original(self, func):
+        """(the call's (CPU µs, None) in place, its page faults there); None where unknown."""
         if self.originals is None:
-            return None
+            return None, None
         name = str(func)
         index = self._seen[name]
         self._seen[name] += 1
         times = self.originals.get(name)
-        return (times[index], None) if times is not None and index < len(times) else None
+        counts = (self.original_faults or {}).get(name)
+        return ((times[index], None) if times is not None and index < len(times) else None,
+                counts[index] if counts is not None and index < len(counts) else None)
 
     def _record(self, func, args, kwargs: Dict[str, Any], original=None):
         """Capture one call; the config it went into (None: not captured)."""
@@ -131,8 +137,11 @@ class LiveCapture(TorchDispatchMode):
 
 def capture_ops(skip_views: bool = False, source: Optional[str] = None,
                 allow_namespaces: Sequence[str] = (),
-                originals: Optional[Mapping[str, List[float]]] = None) -> LiveCapture:
+                originals: Optional[Mapping[str, List[float]]] = None,
+                original_faults: Optional[Mapping[str, List[float]]] = None) -> LiveCapture:
     """A context manager capturing the aten calls made inside it (forward and backward), and
     those of ``allow_namespaces`` (``fbgemm``...); ``originals``: each op's in-place times
-    (``live_timing.time_ops_in_place``), written as the configs' ``original_us``."""
-    return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals)
+    (``live_timing.time_ops_in_place``), written as the configs' ``original_us``, and
+    ``original_faults`` their page faults, written to the step file."""
+    return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals,
+                       original_faults)

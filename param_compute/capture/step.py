@@ -32,8 +32,10 @@ class StepRecorder:
         self.real_step_us: Optional[float] = None
 
     def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
-             outputs: Sequence[TensorSlot], original_us: Optional[float] = None) -> None:
-        """One call of the step, in order; ``config`` is None for a call not captured."""
+             outputs: Sequence[TensorSlot], original_us: Optional[float] = None,
+             faults: Optional[float] = None) -> None:
+        """One call of the step, in order; ``config`` is None for a call not captured;
+        ``original_us`` and ``faults``: its time and minor page faults in the original."""
         if config is None:
             for _, exact, layout in outputs:
                 self._produced.pop(exact, None)
@@ -61,6 +63,8 @@ class StepRecorder:
         entry: Dict[str, Any] = {"config": config, "in": fed, "ext": ext}
         if original_us is not None:
             entry["original_us"] = round(float(original_us), 3)
+        if faults is not None:
+            entry["faults"] = round(float(faults), 1)
         self.calls.append(entry)
 
     def to_json(self, run_keys: Dict[Tuple[str, str, str], str], spec_name: str,
@@ -73,8 +77,9 @@ class StepRecorder:
                 call["in"] = entry["in"]
             if entry["ext"]:
                 call["ext"] = entry["ext"]
-            if "original_us" in entry:
-                call["original_us"] = entry["original_us"]
+            for key in ("original_us", "faults"):
+                if key in entry:
+                    call[key] = entry[key]
             calls.append(call)
         body: Dict[str, Any] = {"spec": spec_name, "source": source,
                                 "externals": self.externals, "calls": calls}

@@ -12,7 +12,8 @@ Format (``version`` 1)::
      "calls": [{"run": "aten::mm|0|0|2",  # the call's config: the spec's run key
                 "in": [[PATH, CALL, OUT], ...],   # inputs fed by earlier calls' outputs
                 "ext": [[PATH, X], ...],          # external tensor X (0 <= X < E), shared
-                "original_us": 12.5}, ...],       # optional: the call's time in the original
+                "original_us": 12.5,              # optional: the call's time in the original
+                "faults": 1568}, ...],            # optional: its minor page faults there
      "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
      "original": {...}}                   # optional: the original's totals (capture report)
 
@@ -178,8 +179,9 @@ def _call_problems(call: Any, index: int, externals: int) -> List[Problem]:
     run = call.get("run")
     if not isinstance(run, str) or run.count("|") != 3 or len(run) > 1024:
         out.append(Problem(where + ("run",), "must be a run key OP|CONFIG|BUILD|INPUT"))
-    if "original_us" in call and not _number(call["original_us"]):
-        out.append(Problem(where + ("original_us",), "must be a finite number >= 0"))
+    for key in ("original_us", "faults"):
+        if key in call and not _number(call[key]):
+            out.append(Problem(where + (key,), "must be a finite number >= 0"))
     for field in ("in", "ext"):
         edges = call.get(field, [])
         if not isinstance(edges, list) or len(edges) > MAX_EDGES_PER_CALL:

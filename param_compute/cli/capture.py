@@ -137,9 +137,10 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
     for _ in range(warmup):
         function()
     real = time_step(function, max(1, repeats))
-    in_place = time_ops_in_place(function, steps)
-    with capture_ops(skip_views=skip_views, source=source,
-                     allow_namespaces=allow_namespaces, originals=in_place) as cap:
+    faults: dict = {}
+    in_place = time_ops_in_place(function, steps, faults=faults)
+    with capture_ops(skip_views=skip_views, source=source, allow_namespaces=allow_namespaces,
+                     originals=in_place, original_faults=faults) as cap:
         for _ in range(steps):
             function()
     workload = cap.workload

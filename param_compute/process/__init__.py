@@ -1,1 +1,2 @@
-"""Shared by the stages: signals held around each write, child processes tied to the run."""
+"""Shared by the stages: signals held around each write, child processes tied to the run,
+page faults counted."""

@@ -12,8 +12,10 @@ the direction of the gap:
   (its per-call cost; small calls above all);
 * ``data``: an op whose time depends on index or integer data (embedding, gather, pooling
   indices, losses over targets): generated data differ from the real ones;
-* ``allocation``: slower in the step than isolated, and the op makes a fresh output (first
-  touch of new memory, which a hot isolated loop reuses);
+* ``allocation``: the op's minor page faults per step (first touches of fresh memory) differ
+  between the original and the in-step replay in the direction of the time gap (the allocator
+  handed one fresh pages and the other recycled memory), or, without fault counts, slower in
+  the step than isolated while making a fresh output (which a hot isolated loop reuses);
 * ``cache``: any other gap between in-step and isolated or original (inputs written long
   before in the step, hot and alone in isolation).
 
@@ -30,6 +32,8 @@ from param_compute.plan.runkey import key_of
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
 AGREE = 1.25
 #: Op name parts whose time depends on the values of index or integer data.
+#: Page faults per step that make a difference (4 MiB of first touches: about a millisecond).
+FAULT_PAGES = 1024
 DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "nll_loss",
             "unique", "bincount", "one_hot", "sort", "topk", "ctc")
 
@@ -47,8 +51,20 @@ def _data_op(op: str) -> bool:
     return any(part in base for part in DATA_OPS)
 
 
+def _faults_explain(ratio: float, in_step_faults: Optional[float],
+                    original_faults: Optional[float]) -> bool:
+    """Whether the op's page faults differ enough, and in the time gap's direction, to be its
+    cause (the replay faulting more where it is slower, or less where it is faster)."""
+    if in_step_faults is None or original_faults is None:
+        return False
+    more = in_step_faults - original_faults
+    return abs(more) >= max(FAULT_PAGES, 0.25 * max(in_step_faults, original_faults)) \
+        and (more > 0) == (ratio > 1)
+
+
 def reason(op: str, original: Optional[float], in_step: Optional[float],
-           isolated: Optional[float], profiled: bool) -> str:
+           isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
+           original_faults: Optional[float] = None) -> str:
     """The one-word reason for the largest gap of an op's row ('' where they agree)."""
     replay = in_step if in_step is not None else isolated
     if not replay:
@@ -56,7 +72,10 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
     gaps: List[Tuple[float, str]] = []
     to_original = _ratio(replay, original)
     if _differs(to_original):
-        if _data_op(op):
+        if in_step is not None and _faults_explain(to_original, in_step_faults,
+                                                   original_faults):
+            why = "allocation"
+        elif _data_op(op):
             why = "data"
         else:
             why = "profiler" if profiled and to_original < 1 else "cache"
@@ -112,6 +131,7 @@ def build_ledger(records: Iterable[Dict[str, Any]],
     step = _step_line(extras) or {}
     in_step_configs = step.get("configs") if isinstance(step.get("configs"), dict) else {}
     ops: Dict[str, Dict[str, Any]] = {}
+    partial = set()
     for record in records:
         if not isinstance(record, dict):
             continue
@@ -120,7 +140,8 @@ def build_ledger(records: Iterable[Dict[str, Any]],
             continue
         op = str(record.get("op_name"))
         row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
-                                  "in_step_ms": None, "isolated_ms": None, "failed": 0})
+                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
+                                  "original_faults": None, "in_step_faults": None})
         row["configs"] += 1
         row["calls"] += count
         original = _original_side(record.get("original_us"), device_side)
@@ -137,6 +158,15 @@ def build_ledger(records: Iterable[Dict[str, Any]],
             if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
                 calls = count
             row["in_step_ms"] = (row["in_step_ms"] or 0.0) + in_step["in_step_us"] * calls / 1e3
+            for field, key in (("in_step_faults", "faults"), ("original_faults",
+                                                              "original_faults")):
+                per_call = _number(in_step.get(key))
+                if per_call is None:  # one config without counts: the op's sum is unknown
+                    partial.add((op, field))
+                else:
+                    row[field] = (row[field] or 0.0) + per_call * calls
+    for op, field in partial:
+        ops[op][field] = None
     original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
     how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
     # Originals come from a profiler trace unless the capture timed them live.
@@ -154,13 +184,15 @@ def build_ledger(records: Iterable[Dict[str, Any]],
             continue
         rows.append({"op": item["op"], "configs": 0, "calls": item["calls"] or 0,
                      "original_ms": item["original_ms"], "in_step_ms": None,
-                     "isolated_ms": None, "failed": 0})
+                     "isolated_ms": None, "failed": 0, "original_faults": None,
+                     "in_step_faults": None})
     for row in rows:
         row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
         row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
         row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
         row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
-                               row["isolated_ms"], profiled)
+                               row["isolated_ms"], profiled, row["in_step_faults"],
+                               row["original_faults"])
     rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
                                  r["isolated_ms"] or 0))
     return _totals(rows, step, original_info, missing, device_side)
@@ -209,6 +241,17 @@ def _x(value: Optional[float]) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
+def _has_faults(ledger: Dict[str, Any]) -> bool:
+    return any(row.get("original_faults") is not None or row.get("in_step_faults") is not None
+               for row in ledger["ops"])
+
+
+def _faults(row: Dict[str, Any]) -> str:
+    """``original/in-step`` page faults per step, ``-`` for an unknown side."""
+    return "/".join("-" if row.get(key) is None else f"{row[key]:.0f}"
+                    for key in ("original_faults", "in_step_faults"))
+
+
 def format_ledger(ledger: Dict[str, Any]) -> str:
     """The ledger as plain text: the step totals, then one row per op."""
     lines = ["fidelity ledger (ms per step):"]
@@ -224,15 +267,21 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
     if ledger["real_step_ms"] and ledger["in_step_ms"]:
         lines.append(f"  {'in-step / real step':<36} "
                      f"{ledger['in_step_ms'] / ledger['real_step_ms']:>11.2f}x")
+    faults = _has_faults(ledger)
     header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
-              f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}  reason")
+              f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}"
+              + (f" {'faults orig/step':>17}" if faults else "") + "  reason")
     lines += ["", header, "-" * len(header)]
     for row in ledger["ops"]:
         lines.append(f"{row['op'][:36]:<36} {row['calls']:>6} {_ms(row['original_ms']):>10} "
                      f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
                      f"{_x(row['in_step_over_original']):>9} "
                      f"{_x(row['isolated_over_original']):>9} "
-                     f"{_x(row['isolated_over_in_step']):>9}  {row['reason']}")
+                     f"{_x(row['isolated_over_in_step']):>9}"
+                     + (f" {_faults(row):>17}" if faults else "") + f"  {row['reason']}")
+    if faults:
+        lines.append("faults: minor page faults per step (first touches of fresh memory), in "
+                     "the original / in the in-step replay")
     if ledger["not_captured"]:
         lines.append("")
         lines.append("not captured: " + ", ".join(
@@ -256,14 +305,16 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
                            ("isolated replay, Σ median × count", "isolated_ms"),
                            ("original op time", "original_ms"),
                            ("original op time captured", "original_captured_ms")))
+    faults = _has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
-            "isolated / original", "isolated / in-step", "reason")
+            "isolated / original", "isolated / in-step") \
+        + (("page faults, original / in-step",) if faults else ()) + ("reason",)
     body = "".join(
         f"<tr><td>{escape(row['op'])}</td><td class=\"num\">{row['calls']}</td>"
         + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
             _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
             _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),
-            _x(row["isolated_over_in_step"])))
+            _x(row["isolated_over_in_step"])) + ((_faults(row),) if faults else ()))
         + f"<td>{escape(row['reason'])}</td></tr>" for row in ledger["ops"])
     return ("<h2>Fidelity ledger: which numbers predict production</h2>"
             "<p class=\"note\">ms per step; a reason names the likely cause where two numbers "

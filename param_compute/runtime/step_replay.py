@@ -11,14 +11,17 @@ Protocol: one checked pass (each fed tensor must have the shape and dtype its re
 captured with; a mismatch or a call that fails gets a generated tensor instead, and is
 counted), ``-w`` warm-up steps, then ``-i`` steps timed whole with nothing per call (the step
 time) alternating with ``-i`` steps with a clock around every call (each call's in-step time),
-extended like ``--min-time``. The record: the step's times, and per config the median over
-passes of its in-step time per call (``in_step_us``), beside the isolated records.
+extended like ``--min-time``; on the host, then, a few untimed steps counting each call's
+minor page faults (``count_faults``). The record: the step's times, and per config the median
+over passes of its in-step time per call (``in_step_us``) and its page faults per call
+beside the original's where the step file has them, next to the isolated records.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -28,6 +31,7 @@ import torch
 from param_compute.capture.step_file import path_text
 from param_compute.runtime.data import materialize, seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
+from param_compute.process.faults import minor_faults
 
 log = logging.getLogger("param_compute")
 
@@ -291,11 +295,13 @@ class StepReplay:
             return None
         return materialize(spec, self.options.device)
 
-    def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False) -> None:
-        """One step. ``times``: per call (by index), the host clock's ns around the call, or
-        with ``stamped`` the device clock's stamp after it (``run_step_timed`` reads them)."""
+    def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False,
+                 counter: Any = time.perf_counter_ns) -> None:
+        """One step. ``times``: per call (by index), what ``counter`` (the host clock's ns)
+        advanced by around the call, or with ``stamped`` the device clock's stamp after it
+        (``run_step_timed`` reads them)."""
         values = self.values
-        clock = self.clock.stamp if stamped else time.perf_counter_ns
+        clock = self.clock.stamp if stamped else counter
         for index, call in enumerate(self.calls):
             if call.failed is not None:
                 continue
@@ -336,6 +342,17 @@ class StepReplay:
                 mark, times[index] = times[index], self.clock.elapsed_ms(previous,
                                                                          times[index]) * 1e6
                 previous = mark
+
+    def count_faults(self, passes: int = 3) -> List[Optional[float]]:
+        """Per call (by index), the median over ``passes`` untimed steps of the minor page
+        faults it took (first touches of fresh memory; None for a call left out)."""
+        counts = []
+        for _ in range(max(1, passes)):
+            faults = [0] * len(self.calls)
+            self.run_step(faults, counter=minor_faults)
+            counts.append(faults)
+        return [statistics.median(column) if call.failed is None else None
+                for call, column in zip(self.calls, zip(*counts))]
 
     def time_step(self) -> float:
         """The whole step, ms (device clock)."""

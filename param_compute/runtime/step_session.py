@@ -23,6 +23,9 @@ from param_compute.results.stats import summarize
 
 log = logging.getLogger("param_compute")
 
+#: Untimed steps whose calls' page faults are counted (host only).
+FAULT_PASSES = 3
+
 
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
     path = Path(step_file) if step_file is not None else step_path(Path(spec_path))
@@ -85,10 +88,19 @@ def measure(replay, options) -> Dict[str, Any]:
     for index, call in enumerate(replay.calls):
         if call.failed is None:
             per_config.setdefault(call.run_key, []).append(index)
+    # Page faults per call, on the host: untimed passes after the timed ones (the counter's
+    # system calls would otherwise sit between the timed calls).
+    faults = replay.count_faults(FAULT_PASSES) if host else None
+    originals = [entry.get("faults") for entry in replay.step["calls"]]
     configs = {}
     for key, indices in per_config.items():
         per_pass = [sum(times[i] for i in indices) / len(indices) / 1e3 for times in passes]
         configs[key] = {"in_step_us": round(_median(per_pass), 3), "calls": len(indices)}
+        if faults is not None:
+            configs[key]["faults"] = round(sum(faults[i] for i in indices) / len(indices), 1)
+        known = [originals[i] for i in indices if originals[i] is not None]
+        if len(known) == len(indices):
+            configs[key]["original_faults"] = round(sum(known) / len(known), 1)
     failed = [{"call": i, "run": c.run_key, "error": c.failed}
               for i, c in enumerate(replay.calls) if c.failed is not None]
     per_call_ms = [sum(times) / 1e6 for times in passes]
@@ -101,7 +113,9 @@ def measure(replay, options) -> Dict[str, Any]:
             "step_ms": [round(t, 4) for t in step_ms], "stats": summarize(step_ms),
             "per_call_clock": "host perf_counter_ns around each call" if host
             else f"{getattr(replay.clock, 'name', 'device')} stamps between calls",
-            "per_call_sum_ms": [round(t, 4) for t in per_call_ms], "configs": configs}
+            "per_call_sum_ms": [round(t, 4) for t in per_call_ms],
+            "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
+                              "steps" if host else None, "configs": configs}
 
 
 class StepReplaySink(RecordSink):
