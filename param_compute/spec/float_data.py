@@ -14,8 +14,8 @@ placed zeros, runs several times slower than over ordinary values):
 A live capture (``capture.value_profile``) writes the key only where it is significant
 (``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ
 by sampling noise still fold into one config; ``zero_rows`` only where most zeros lie in zero
-rows (``ROWS_SHARE``) and it says something (rows wider than one element, not all zeros). Validation checks it with ``profile_problems``.
-Torch-free.
+rows (``ROWS_SHARE``) and it says something (rows wider than one element, not all zeros).
+Validation checks it with ``profile_problems``. Torch-free.
 """
 
 from __future__ import annotations
