@@ -58,7 +58,8 @@ def test_capture_run_writes_the_profile_of_a_mostly_zero_input(tmp_path):
     inputs = [i["args"][0] for c in spec["aten::sqrt"]["config"] for i in c["input"]]
     assert len(inputs) == 2  # the two inputs differ only in their profile: two configs
     profiles = sorted((a.get("value_profile") for a in inputs), key=lambda p: p is not None)
-    assert profiles == [None, {"zeros": 0.62, "subnormal": 0.0}]
+    # the untouched rows are whole rows of zeros: zero_rows says so
+    assert profiles == [None, {"zeros": 0.62, "subnormal": 0.0, "zero_rows": 0.62}]
     out = tmp_path / "results.json"
     assert run_cli("-c", spec_path, "--output", out, "-i", "2").returncode == 0
 

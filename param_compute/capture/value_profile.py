@@ -3,7 +3,10 @@
 What the key means and when a capture writes it lives in ``spec.float_data``. Counting is one
 pass of read-only torch ops over at most ``MAX_SAMPLE`` elements: a larger tensor is sampled
 with a stride along its largest dims (every k-th row of an embedding table, say), which reads
-no more than that and copies nothing. The tensor and torch's generators are left untouched.
+no more than that and copies nothing. All-zero rows (``zero_rows``, tensors of 2 or more dims)
+are counted on the same sample, from the same zero mask: a row whose sampled elements are all
+zero counts as all zero (exact when the sample steps through rows only, as it does for a table
+with more rows than columns). The tensor and torch's generators are left untouched.
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ def value_profile(tensor: torch.Tensor) -> Optional[Dict[str, float]]:
         return None
     values = sample(tensor.detach())
     magnitude = values.abs()
-    zeros = (values == 0).sum()
-    subnormal = ((magnitude < torch.finfo(values.dtype).tiny) & (magnitude > 0)).sum()
-    zeros, subnormal = torch.stack([zeros, subnormal]).tolist()  # one sync on a device
-    return profile_of(zeros / values.numel(), subnormal / values.numel())
+    is_zero = values == 0
+    counts = [is_zero.sum(), ((magnitude < torch.finfo(values.dtype).tiny) & (magnitude > 0)).sum()]
+    rows = values.dim() >= 2 and values[0].numel() > 1  # rows of one element are elements
+    if rows:
+        counts.append(is_zero.flatten(1).all(1).sum())
+    counts = torch.stack(counts).tolist()  # one sync on a device
+    return profile_of(counts[0] / values.numel(), counts[1] / values.numel(),
+                      counts[2] / values.shape[0] if rows else None)

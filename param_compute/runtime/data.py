@@ -17,7 +17,8 @@ from param_compute.dtypes import DTYPE_NAMES, LAYOUT_NAMES, MEMORY_FORMAT_NAMES,
 from param_compute.plan.runkey import join_fields
 from param_compute.plugins.interfaces import DataGenerator
 from param_compute.runtime.index_values import bag_values, draw_integers, pool_window_values
-from param_compute.spec.float_data import VALUE_PROFILE
+from param_compute.runtime.float_values import split_rows, with_profile, zero_rows_of_view
+from param_compute.spec.float_data import VALUE_PROFILE, ZERO_ROWS
 from param_compute.spec.index_data import UNIFORM
 
 # PARAM's default for integer tensors without value_range: uniform integers in [-10, 10).
@@ -61,23 +62,6 @@ def _contiguous_stride(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def with_profile(tensor: torch.Tensor, profile: Dict[str, float]) -> torch.Tensor:
-    """``tensor`` (floating, contiguous) with each element made a zero with probability
-    ``profile["zeros"]``, else a positive subnormal with probability ``profile["subnormal"]``
-    (``spec.float_data``), from one draw of torch's global generator; none when both are 0."""
-    zeros, subnormal = profile.get("zeros", 0), profile.get("subnormal", 0)
-    if not (zeros > 0 or subnormal > 0) or tensor.device.type == "meta":
-        return tensor
-    u = torch.rand(tensor.shape, device=tensor.device)
-    out = tensor.masked_fill(u < zeros, 0)
-    if subnormal > 0:  # tiny x [0.5, 1): subnormal and nonzero in every floating dtype
-        spread = ((u - zeros) / subnormal).clamp_(0, 1).to(tensor.dtype)
-        tiny = torch.finfo(tensor.dtype).tiny
-        chosen = (u >= zeros) & (u < zeros + subnormal)
-        out = torch.where(chosen, spread.mul_(0.5).add_(0.5).mul_(tiny), out)
-    return out
-
-
 def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
     device = spec.get("device", device)
     if "stride" in spec or "storage_offset" in spec:
@@ -92,7 +76,15 @@ def _tensor(spec: Dict[str, Any], device: str) -> torch.Tensor:
         flat = {key: value for key, value in spec.items()
                 if key not in ("stride", "storage_offset", "device")}
         flat.update(shape=[_storage_size(shape, stride, offset)], requires_grad=False)
-        tensor = _tensor(flat, device).as_strided(shape, stride, offset)
+        chosen = 0
+        if (flat.get(VALUE_PROFILE) or {}).get(ZERO_ROWS, 0) > 0:
+            # the storage gets the other rows' element-wise profile; the view's rows are
+            # zeroed after, through the storage
+            chosen, flat[VALUE_PROFILE] = split_rows(flat[VALUE_PROFILE], shape)
+        storage = _tensor(flat, device)
+        tensor = storage.as_strided(shape, stride, offset)
+        if chosen and tensor.device.type != "meta":
+            zero_rows_of_view(storage, tensor, chosen)
         if spec.get("requires_grad", is_differentiable(spec["dtype"])):
             tensor = tensor.detach().requires_grad_(True)
         return tensor

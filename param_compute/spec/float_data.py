@@ -13,8 +13,9 @@ placed zeros, runs several times slower than over ordinary values):
 
 A live capture (``capture.value_profile``) writes the key only where it is significant
 (``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ
-by sampling noise still fold into one config. Validation checks it with ``profile_problems``.
-Torch-free.
+by sampling noise still fold into one config; ``zero_rows`` only where most zeros lie in zero
+rows (``ROWS_SHARE``) and it says something (rows wider than one element, not all zeros).
+Validation checks it with ``profile_problems``. Torch-free.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ from param_compute.spec.wording import short
 
 VALUE_PROFILE = "value_profile"
 PROFILE_KEYS = ("zeros", "subnormal")
+ZERO_ROWS = "zero_rows"
+KNOWN_KEYS = PROFILE_KEYS + (ZERO_ROWS,)
 #: Torch dtype names (``DTYPE_NAMES`` values) of the tensors a profile applies to.
 FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
 #: A captured profile is written when one of its fractions reaches this.
 SIGNIFICANT = {"zeros": 0.01, "subnormal": 0.001}
+#: A captured ``zero_rows`` is written when its rows hold at least this share of the zeros.
+ROWS_SHARE = 0.5
 #: Significant digits a captured fraction keeps (of its complement, above one half).
 DIGITS = 2
 
@@ -52,20 +57,60 @@ def _significant(value: float) -> float:
     return round(value, DIGITS - 1 - math.floor(math.log10(value)))
 
 
-def profile_of(zeros: float, subnormal: float) -> Optional[Dict[str, float]]:
+def profile_of(zeros: float, subnormal: float,
+               zero_rows: Optional[float] = None) -> Optional[Dict[str, float]]:
     """The ``value_profile`` a capture writes for a tensor with these fractions of zeros and
-    subnormals, or None when neither is significant. A fraction below its threshold is written
-    as 0, the others rounded (``round_fraction``)."""
+    subnormals (and of all-zero rows, None where rows don't apply), or None when neither
+    fraction is significant. A fraction below its threshold is written as 0, the others rounded
+    (``round_fraction``); ``zero_rows`` only where its rows hold at least ``ROWS_SHARE`` of
+    significant zeros and not all of the values are zeros once rounded."""
     fractions = {"zeros": zeros, "subnormal": subnormal}
     if all(fractions[key] < SIGNIFICANT[key] for key in PROFILE_KEYS):
         return None
-    return {key: round_fraction(fractions[key]) if fractions[key] >= SIGNIFICANT[key] else 0.0
-            for key in PROFILE_KEYS}
+    profile = {key: round_fraction(fractions[key]) if fractions[key] >= SIGNIFICANT[key] else 0.0
+               for key in PROFILE_KEYS}
+    if zero_rows is not None and zeros >= SIGNIFICANT["zeros"] \
+            and zero_rows >= ROWS_SHARE * zeros and profile["zeros"] < 1:
+        profile[ZERO_ROWS] = min(round_fraction(zero_rows), profile["zeros"])
+    return profile
 
 
 def _fraction(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value) and 0 <= value <= 1
+
+
+def _dims(spec: Dict[str, Any]) -> List[Tuple[int, Any]]:
+    """(dims, shape) of each shape a tensor spec may take, where the spec itself says (not
+    where its whole shape is copied from another arg)."""
+    shape = spec.get("shape")
+    copies = [entry.get("shape") for entry in spec.get("__copy__", []) or []
+              if isinstance(entry, dict)]
+    if not isinstance(shape, list) or any(isinstance(c, int) and not isinstance(c, bool)
+                                          for c in copies):
+        return []
+    listed, ranged = ("shape" in (spec.get(key) or []) for key in ("__list__", "__range__"))
+    if listed and ranged:  # reported as in both: which form the dims have is unknown
+        return []
+    return [(len(s), s) for s in (shape if listed else [shape]) if isinstance(s, list)]
+
+
+def _rows_problems(spec: Dict[str, Any], profile: Dict[str, Any]) -> List[Tuple[tuple, str,
+                                                                                  Optional[str]]]:
+    where = (VALUE_PROFILE, ZERO_ROWS)
+    rows = profile[ZERO_ROWS]
+    if not _fraction(rows):
+        return [(where, f"zero_rows is a fraction in [0, 1], got {short(rows, 40)}", None)]
+    zeros = profile.get("zeros", 0)
+    if _fraction(zeros) and rows > zeros:
+        return [(where, f"zero_rows is {rows:g}, more than zeros ({zeros:g}): the zeros of "
+                        "all-zero rows are among the zeros",
+                 f"zero_rows is at most zeros (raise zeros to at least {rows:g})")]
+    for dims, shape in _dims(spec):
+        if dims < 2:
+            return [(where, f"zero_rows applies to tensors of at least 2 dims (rows along dim "
+                            f"0), not shape {short(shape, 40)}", "drop zero_rows")]
+    return []
 
 
 def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[str]]]:
@@ -81,11 +126,11 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
             return [(where, f"value_profile applies to floating tensors, not {dtype}",
                      "use a floating dtype (float, half, bfloat16, double) or drop it")]
     if not isinstance(profile, dict):
-        return [(where, 'value_profile is an object {"zeros": FRACTION, "subnormal": FRACTION}',
-                 None)]
+        return [(where, 'value_profile is an object {"zeros": FRACTION, "subnormal": FRACTION, '
+                        '"zero_rows": FRACTION}', None)]
     problems: List[Tuple[tuple, str, Optional[str]]] = [
         (where + (key,), f"unknown key {str(key)[:40]!r}",
-         f"known keys: {', '.join(PROFILE_KEYS)}") for key in profile if key not in PROFILE_KEYS]
+         f"known keys: {', '.join(KNOWN_KEYS)}") for key in profile if key not in KNOWN_KEYS]
     for key in PROFILE_KEYS:
         if key in profile and not _fraction(profile[key]):
             problems.append((where + (key,), f"{key} is a fraction in [0, 1], got "
@@ -94,4 +139,6 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
         problems.append((where, f"zeros + subnormal is "
                                 f"{sum(profile.get(key, 0) for key in PROFILE_KEYS):g}, more "
                                 "than 1 (all the values)", None))
+    if ZERO_ROWS in profile:
+        problems += _rows_problems(spec, profile)
     return problems
