@@ -11,7 +11,7 @@ Four models built here (no downloads), each trained one step at a time with one 
 * ``dlrm``: a DLRM-like model: 8 ``EmbeddingBag`` tables of 100000 x 64 (sum, 20 lookups per
   bag), bottom MLP 13-512-256-64, dot interactions, top MLP 512-256-1, batch 256, SGD.
 
-Per model: ``capture --run`` (library form: the real step timed unprofiled, each op timed in
+Per model, in a process of its own: ``capture --run`` (library form: the real step timed unprofiled, each op timed in
 place, then captured with its dataflow), then ``--reps`` repetitions of [the real step timed
 unprofiled here (median of ``--real-steps``), ``run_benchmark -c SPEC --replay-step
 --num-threads 1`` in a child process, ``workload_totals --json`` on its results]: the real
@@ -251,6 +251,22 @@ def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     return {"name": name, "capture_s": capture_s, "reps": reps}
 
 
+def measure_in_child(name: str, options, workdir: Path) -> Dict[str, Any]:
+    """``measure_model`` in a process of its own, as the model would run in production: the
+    allocator's state (which memory it recycles, which pages a step touches first) is then
+    the model's own, not what the models measured before it left behind."""
+    into = workdir / f"{name}.measured.json"
+    argv = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--into", str(into),
+            "--keep", str(workdir), "--reps", str(options.reps),
+            "--real-steps", str(options.real_steps), "-w", str(options.warmup),
+            "-i", str(options.iters), "--device", options.device,
+            "--batch-scale", str(options.batch_scale)] + (["--quick"] if options.quick else [])
+    run = subprocess.run(argv)
+    if run.returncode != 0 or not into.exists():
+        raise SystemExit(f"measuring {name} failed ({run.returncode})")
+    return json.loads(into.read_text())
+
+
 def _median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -349,14 +365,20 @@ def main() -> int:
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child measuring one model
+    parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.one:
+        result = measure_model(options.one, options, options.keep)
+        options.into.write_text(json.dumps(result))
+        return 0
     verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = options.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for name in options.models.split(","):
             print(f"{name}: capturing and replaying", flush=True)
-            verdicts.append(judge(measure_model(name, options, workdir), options))
+            verdicts.append(judge(measure_in_child(name, options, workdir), options))
     print_tables(verdicts, options)
     missed = [v["name"] for v in verdicts if not v["step_ok"] or v["misses"]]
     print(f"\n{torch.__version__}, device {options.device}, 1 thread; "

@@ -80,6 +80,14 @@ def _step(**changes):
      "calls[1].in[0]", "output must be"),
     (_step(calls=[{"run": "a|0|0|0", "original_us": -1}]), "calls[0].original_us", ">= 0"),
     (_step(calls=[{"run": "a|0|0|0", "faults": -3}]), "calls[0].faults", ">= 0"),
+    (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "hold": [[[0], 0]]}]),
+     "calls[1].hold[0]", "until 0 must be -1 (past the step's end) or a call from this one (1)"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], 5]]}]), "calls[0].hold[0]",
+     "to the last (0)"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[["x"], -1]]}]), "calls[0].hold[0]",
+     "output must be"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], True]]}]), "calls[0].hold[0]", "until True"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": {"0": 1}}]), "calls[0].hold", "must be a list"),
     (_step(calls=[{"run": "a|0|0|0", "faults": "many"}]), "calls[0].faults", "finite number"),
     (_step(real_step_us="fast"), "real_step_us", "finite number"),
     ([1, 2], "(top level)", "JSON object"),
@@ -527,3 +535,70 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     plain = {"step_replay": {"stats": {"median": 1.0}, "configs": {
         "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}}}}
     assert "faults" not in format_ledger(build_ledger(records[2:3], [(1, plain)]))
+
+
+# -- lifetimes: outputs kept as long as the original kept them ----------------------------------
+def test_recorder_holds_outputs_released_after_their_last_reader():
+    recorder = StepRecorder()
+    for index in range(4):  # call 1 reads call 0's output; nothing reads 2's or 3's
+        inputs = [([0], ("T", 0), ("L", 0))] if index == 1 else []
+        recorder.call(("aten::x", "s", "k"), inputs, [([0], ("T", 10 + index),
+                                                        ("L", 10 + index))])
+        if index == 2:
+            recorder.released(0, [0])  # call 0's output outlived its reader (call 1)
+    recorder.released(2, [0])  # after call 3: later than its own call
+    recorder.outlives(3, [0])  # alive when the capture ended
+    recorder.outlives(2, [0])  # already released: stays released
+    body = recorder.to_json({("aten::x", "s", "k"): "aten::x|0|0|0"}, "s.json", "t")
+    assert [call.get("hold") for call in body["calls"]] == [[[[0], 2]], None, [[[0], 3]],
+                                                            [[[0], -1]]]
+
+
+def test_live_capture_keeps_gradients_to_the_next_step_and_the_replay_does_too(tmp_path):
+    from param_compute.cli.capture import capture_run
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        optimizer.step()
+
+    path, _ = capture_run(step, warmup=1, steps=1, repeats=2).write(tmp_path / "s.json")
+    calls = read_step_file(step_path(path))["calls"]
+    past = [(index, call["run"]) for index, call in enumerate(calls)
+            for _, until in call.get("hold", []) if until == -1]
+    # the four gradients (two weights, two biases) live on in .grad until the next zero_grad
+    assert len(past) >= 4, past
+    replay = _replay(path)
+    assert len(replay.carried) == len(past) and replay.held >= len(past)
+    replay.checked_pass()
+    kept = [replay.values[slot] for slot in replay.carried]
+    assert all(isinstance(value, torch.Tensor) for value in kept)
+    shapes = sorted(tuple(value.shape) for value in kept)
+    for shape in [(4,), (4, 32), (32,), (32, 16)]:
+        assert shape in shapes, shapes
+    import weakref
+
+    # an in-place op's output is its input (a parameter, alive anyway): the others only
+    producer = {slot: call.run_key.split("|")[0] for call in replay.calls
+                for _, slot in call.outs}
+    refs = [weakref.ref(replay.values[slot]) for slot in replay.carried
+            if not producer[slot].endswith("_")]
+    assert len(refs) >= 4
+    del kept
+    first = replay.calls[0]
+    seen = []
+
+    def first_call(*args, original=first.func, **kwargs):
+        seen.append([ref() is None for ref in refs])
+        return original(*args, **kwargs)
+
+    first.func = first_call
+    replay.run_step()  # the survivors of the last step are released as the next one starts
+    assert seen == [[True] * len(refs)]
+    assert all(isinstance(replay.values[slot], torch.Tensor) for slot in replay.carried)

@@ -14,6 +14,7 @@ tensors record the actual min and max of their values, so replayed indices stay 
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -69,6 +70,7 @@ class LiveCapture(TorchDispatchMode):
         self.originals = originals
         self.original_faults = original_faults
         self._seen: Counter = Counter()
+        self._watched: Dict[Any, weakref.finalize] = {}
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -86,7 +88,37 @@ class LiveCapture(TorchDispatchMode):
             outputs = []
         self.workload.step.call(config, inputs, outputs,
                                 original[0] if original is not None else None, faults)
+        if config is not None:
+            self._watch(out)
         return out
+
+    def _watch(self, out) -> None:
+        """Note when each output of the call just recorded is released (``StepRecorder``)."""
+        step = self.workload.step
+        index = len(step.calls) - 1
+        for k, value in enumerate(out if isinstance(out, tuple) else (out,)):
+            items = [((k,), value)] if isinstance(value, torch.Tensor) else \
+                [((k, j), item) for j, item in enumerate(value)
+                 if isinstance(item, torch.Tensor)] if isinstance(value, (list, tuple)) else []
+            for path, tensor in items:
+                try:
+                    self._watched[(index, path)] = weakref.finalize(
+                        tensor, self._released, index, path)
+                except TypeError:  # a tensor subclass that takes no weak references
+                    continue
+
+    def _released(self, index: int, path) -> None:
+        self._watched.pop((index, path), None)
+        self.workload.step.released(index, path)
+
+    def __exit__(self, *exc):
+        # Outputs alive now outlive the step (a gradient in .grad, the optimizer's state);
+        # what is released after the capture is the next step's business.
+        for (index, path), finalizer in list(self._watched.items()):
+            if finalizer.detach() is not None:
+                self.workload.step.outlives(index, path)
+        self._watched.clear()
+        return super().__exit__(*exc)
 
     def _original(self, func):
         """(the call's (CPU µs, None) in place, its page faults there); None where unknown."""

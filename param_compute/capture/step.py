@@ -9,6 +9,12 @@ backward pass is a new tensor object over the same memory); else it is an extern
 (a parameter, the batch, an output of a call that was not captured), shared by every call that
 reads it. Calls that were not captured produce nothing a replay can feed: their outputs'
 keys are forgotten, so a consumer gets a generated tensor rather than a stale one.
+
+A live capture also sees when each output was released (``released``): a gradient stored in
+``.grad`` outlives the step and is freed by the next step's ``zero_grad``, long after its last
+reader. Where that is later than the output's last reader, the step file says so (``hold``),
+and the replay keeps the tensor as long: which memory the allocator can recycle, and how many
+fresh pages the step touches, depend on it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from param_compute.capture.step_file import step_path, write_step_file
 
+#: A ``hold`` that lasts past the step's end (released by the next step, before its first call).
+OUTLIVES = -1
 #: (argument path, exact key, layout key) of one tensor input or output.
 TensorSlot = Tuple[List[Any], Hashable, Hashable]
 
@@ -30,6 +38,9 @@ class StepRecorder:
         self._external: Dict[Hashable, int] = {}
         self.externals = 0
         self.real_step_us: Optional[float] = None
+        #: (call, output path) -> the call after which it was released; absent: not seen
+        #: released (a trace), ``OUTLIVES``: still alive when the capture ended.
+        self.releases: Dict[Tuple[int, Tuple[int, ...]], int] = {}
 
     def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
              outputs: Sequence[TensorSlot], original_us: Optional[float] = None,
@@ -67,12 +78,35 @@ class StepRecorder:
             entry["faults"] = round(float(faults), 1)
         self.calls.append(entry)
 
+    def outlives(self, index: int, path: Sequence[int]) -> None:
+        """Output ``path`` of call ``index`` is alive now (the capture is ending)."""
+        self.releases.setdefault((index, tuple(path)), OUTLIVES)
+
+    def released(self, index: int, path: Sequence[int]) -> None:
+        """Output ``path`` of call ``index`` was released after the latest call recorded."""
+        self.releases[(index, tuple(path))] = len(self.calls) - 1
+
+    def _holds(self) -> Dict[int, List[List[Any]]]:
+        """call -> its ``hold`` entries: outputs released later than their last reader."""
+        last_reader: Dict[Tuple[int, Tuple[int, ...]], int] = {}
+        for index, entry in enumerate(self.calls):
+            for _, producer, out in entry["in"]:
+                last_reader[(producer, tuple(out))] = index
+        holds: Dict[int, List[List[Any]]] = {}
+        for (producer, out), until in sorted(self.releases.items()):
+            if until == OUTLIVES or until > last_reader.get((producer, out), producer):
+                holds.setdefault(producer, []).append([list(out), until])
+        return holds
+
     def to_json(self, run_keys: Dict[Tuple[str, str, str], str], spec_name: str,
                 source: str, original: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The step file's body; ``run_keys`` maps each call's config to its run key."""
         calls = []
-        for entry in self.calls:
+        holds = self._holds()
+        for index, entry in enumerate(self.calls):
             call = {"run": run_keys[entry["config"]]}
+            if index in holds:
+                call["hold"] = holds[index]
             if entry["in"]:
                 call["in"] = entry["in"]
             if entry["ext"]:

@@ -13,7 +13,9 @@ Format (``version`` 1)::
                 "in": [[PATH, CALL, OUT], ...],   # inputs fed by earlier calls' outputs
                 "ext": [[PATH, X], ...],          # external tensor X (0 <= X < E), shared
                 "original_us": 12.5,              # optional: the call's time in the original
-                "faults": 1568}, ...],            # optional: its minor page faults there
+                "faults": 1568,                   # optional: its minor page faults there
+                "hold": [[OUT, UNTIL], ...]}, ...],  # optional: outputs kept past their last
+                                                  # reader: until call UNTIL, -1: the step's end
      "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
      "original": {...}}                   # optional: the original's totals (capture report)
 
@@ -21,7 +23,11 @@ Format (``version`` 1)::
 ``j`` of the list at ``i``), ``["name"]`` / ``["name", j]`` for keyword arguments. ``OUT`` names
 one of a call's outputs: ``[k]`` (output ``k``; a single returned tensor is output 0) or
 ``[k, j]`` (item ``j`` of a returned list). ``CALL`` is the index of an earlier call. Tensor
-arguments named in neither list are generated for that call alone.
+arguments named in neither list are generated for that call alone. ``hold`` (a live capture
+saw when each output was released) keeps output ``OUT`` of the call alive until after call
+``UNTIL`` (at least the call itself), or with ``-1`` past the step's end, to the next step's
+start (a gradient in ``.grad`` until the next ``zero_grad``); without it an output is released
+after its last reader.
 """
 
 from __future__ import annotations
@@ -165,13 +171,34 @@ def validate_step(data: Any) -> List[Problem]:
         return problems + [Problem(("calls",), f"{len(calls)} calls, over the limit of "
                                    f"{MAX_CALLS}")]
     for index, call in enumerate(calls):
-        problems.extend(_call_problems(call, index, externals))
+        problems.extend(_call_problems(call, index, externals, len(calls)))
         if len(problems) > 100:
             break
     return problems
 
 
-def _call_problems(call: Any, index: int, externals: int) -> List[Problem]:
+def _hold_problems(holds: Any, where: Tuple[Any, ...], index: int,
+                   count: int) -> List[Problem]:
+    if not isinstance(holds, list) or len(holds) > MAX_EDGES_PER_CALL:
+        return [Problem(where, f"must be a list of at most {MAX_EDGES_PER_CALL} entries")]
+    out = []
+    for j, hold in enumerate(holds):
+        at = where + (j,)
+        if not isinstance(hold, list) or len(hold) != 2:
+            out.append(Problem(at, "must be a list of 2 items: [output, until call]"))
+            continue
+        problem = _out_problem(hold[0])
+        if problem:
+            out.append(Problem(at, problem))
+        until = hold[1]
+        if not (until == -1 and not isinstance(until, bool)) and not (
+                _is_index(until, count) and until >= index):
+            out.append(Problem(at, f"until {until!r} must be -1 (past the step's end) or a "
+                               f"call from this one ({index}) to the last ({count - 1})"))
+    return out
+
+
+def _call_problems(call: Any, index: int, externals: int, count: int) -> List[Problem]:
     where = ("calls", index)
     if not isinstance(call, dict):
         return [Problem(where, "a call must be an object")]
@@ -182,6 +209,8 @@ def _call_problems(call: Any, index: int, externals: int) -> List[Problem]:
     for key in ("original_us", "faults"):
         if key in call and not _number(call[key]):
             out.append(Problem(where + (key,), "must be a finite number >= 0"))
+    if "hold" in call:
+        out.extend(_hold_problems(call["hold"], where + ("hold",), index, count))
     for field in ("in", "ext"):
         edges = call.get(field, [])
         if not isinstance(edges, list) or len(edges) > MAX_EDGES_PER_CALL:

@@ -5,7 +5,9 @@ step's calls (``NAME.step.json``, see ``capture.step_file``) in their captured o
 call's tensor inputs are the outputs of the earlier calls that produced them, so the step
 allocates where it allocated and reads what was written long before; only the step's external
 tensors (parameters, the batch, outputs of calls that were not captured) are generated, once,
-and shared by every call that reads them. A produced tensor is released after its last reader.
+and shared by every call that reads them. A produced tensor is released after its last reader,
+or where the step file's ``hold`` says the original released it (a gradient lives on in
+``.grad`` until the next step's ``zero_grad``: released as the next replayed step starts).
 
 Protocol: one checked pass (each fed tensor must have the shape and dtype its reader was
 captured with; a mismatch or a call that fails gets a generated tensor instead, and is
@@ -145,6 +147,9 @@ class StepReplay:
         self.mismatches: List[str] = []
         self.mismatch_count = 0
         self.last_output: Any = None
+        #: Slots released when the next step starts (outputs that outlived the captured step).
+        self.carried: List[int] = []
+        self.held = 0  # outputs kept past their last reader (``hold`` in the step file)
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
@@ -179,6 +184,15 @@ class StepReplay:
             for _, producer, out in entry.get("in", []):
                 slot = slots.setdefault((producer, tuple(out)), len(slots))
                 last_use[slot] = index
+        for index, entry in enumerate(entries):  # kept past the last reader, as captured
+            for out, until in entry.get("hold", []):
+                slot = slots.setdefault((index, tuple(out)), len(slots))
+                if until < 0:  # past the step: released when the next one starts
+                    self.carried.append(slot)
+                    last_use.pop(slot, None)
+                else:
+                    last_use[slot] = max(last_use.get(slot, index), until)
+                self.held += 1
         self.values = [None] * len(slots)
         frees: Dict[int, List[int]] = {}
         for slot, index in last_use.items():
@@ -302,6 +316,8 @@ class StepReplay:
         (``run_step_timed`` reads them)."""
         values = self.values
         clock = self.clock.stamp if stamped else counter
+        for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
+            values[slot] = None
         for index, call in enumerate(self.calls):
             if call.failed is not None:
                 continue

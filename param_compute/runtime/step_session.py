@@ -105,6 +105,7 @@ def measure(replay, options) -> Dict[str, Any]:
               for i, c in enumerate(replay.calls) if c.failed is not None]
     per_call_ms = [sum(times) / 1e6 for times in passes]
     return {"calls": len(replay.calls), "replayed_calls": len(replay.calls) - len(failed),
+            "held_outputs": replay.held, "held_past_step": len(replay.carried),
             "externals": len(replay.externals), "fed_inputs": sum(len(c.fills)
                                                                   for c in replay.calls),
             "dataflow_mismatches": replay.mismatch_count, "mismatch_examples": replay.mismatches,
