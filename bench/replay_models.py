@@ -9,7 +9,9 @@ Four models built here (no downloads), each trained one step at a time with one 
 * ``lstm``: a 2-layer LSTM language model (vocabulary 10000, 256 wide, 35 steps, batch 20),
   Adam;
 * ``dlrm``: a DLRM-like model: 8 ``EmbeddingBag`` tables of 100000 x 64 (sum, 20 lookups per
-  bag), bottom MLP 13-512-256-64, dot interactions, top MLP 512-256-1, batch 256, SGD.
+  bag), bottom MLP 13-512-256-64, dot interactions, top MLP 512-256-1, batch 256, SGD;
+* ``mlp`` (not in the default list): 8 blocks of Linear 64-64, LayerNorm, GELU at batch 4,
+  Adam: a host-bound step of ~470 small calls, where the replay's own cost per call counts.
 
 Per model, in a process of its own: ``capture --run`` (library form: the real step timed unprofiled, each op timed in
 place, then captured with its dataflow), then ``--reps`` repetitions of [the real step timed
@@ -198,6 +200,15 @@ def build(name: str, quick: bool, device: str, scale: int = 1) -> Callable[[], N
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         return _training_step(model, optimizer, lambda: F.binary_cross_entropy_with_logits(
             model(dense, indices, offsets), label))
+    if name == "mlp":  # a host-bound step of small ops: the replay's own cost per call shows
+        layers: List[nn.Module] = []
+        for _ in range(8):
+            layers += [nn.Linear(64, 64), nn.LayerNorm(64), nn.GELU()]
+        model = nn.Sequential(*layers, nn.Linear(64, 10)).to(device)
+        x = torch.randn(4 * scale, 64, device=device)
+        y = torch.randint(0, 10, (4 * scale,), device=device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        return _training_step(model, optimizer, lambda: F.cross_entropy(model(x), y))
     raise SystemExit(f"unknown model {name!r}")
 
 

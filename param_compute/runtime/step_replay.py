@@ -150,6 +150,7 @@ class StepReplay:
         #: Slots released when the next step starts (outputs that outlived the captured step).
         self.carried: List[int] = []
         self.held = 0  # outputs kept past their last reader (``hold`` in the step file)
+        self._plan: Optional[List[Tuple[Any, ...]]] = None  # ``_compiled``
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
@@ -301,6 +302,7 @@ class StepReplay:
                 values[slot] = None
             for container, key, *_ in call.fills:
                 container[key] = None
+        self._plan = None  # calls may have failed, fills been replaced: built again
         self.device.clock.synchronize()
 
     def _generated(self, run_key: str, path) -> Any:
@@ -318,27 +320,54 @@ class StepReplay:
         clock = self.clock.stamp if stamped else counter
         for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
             values[slot] = None
-        for index, call in enumerate(self.calls):
-            if call.failed is not None:
-                continue
-            for container, key, slot, _, _ in call.fills:
+        for index, func, args, kwargs, fills, outs, frees in self._compiled():
+            for container, key, slot in fills:
                 container[key] = values[slot]
             if times is None:
-                result = call.func(*call.args, **call.kwargs)
+                result = func(*args, **kwargs)
             elif stamped:
-                result = call.func(*call.args, **call.kwargs)
+                result = func(*args, **kwargs)
                 times[index] = clock()
             else:
                 start = clock()
-                result = call.func(*call.args, **call.kwargs)
+                result = func(*args, **kwargs)
                 times[index] = clock() - start
-            for path, slot in call.outs:
-                values[slot] = _output(result, path)
+            if outs:
+                several = isinstance(result, tuple)
+                for k, j, slot in outs:
+                    value = (result[k] if k < len(result) else None) if several else \
+                        (result if k == 0 else None)
+                    if j >= 0:
+                        value = value[j] if isinstance(value, (list, tuple)) \
+                            and j < len(value) else None
+                    values[slot] = value
             result = None
-            for slot in call.frees:
+            for slot in frees:
                 values[slot] = None
-            for container, key, *_ in call.fills:
+            for container, key, _ in fills:
                 container[key] = None
+
+    def _compiled(self) -> List[Tuple[Any, ...]]:
+        """The calls that run, as flat tuples (index, callable, args, kwargs, fills, outputs,
+        frees), built once after the checked pass: the replay's own Python between two calls
+        is host time the original step did not spend, and a small-op step is made of it. An
+        aten overload is called through its C++ entry (``OpOverload.__call__`` only forwards
+        to it), saving a Python frame per call."""
+        if self._plan is None:
+            plan = []
+            for index, call in enumerate(self.calls):
+                if call.failed is not None:
+                    continue
+                func = call.func
+                if type(func) is torch._ops.OpOverload:
+                    func = func._op
+                plan.append((index, func, call.args, call.kwargs,
+                             tuple((c, k, slot) for c, k, slot, _, _ in call.fills),
+                             tuple((path[0], path[1] if len(path) > 1 else -1, slot)
+                                   for path, slot in call.outs),
+                             tuple(call.frees)))
+            self._plan = plan
+        return self._plan
 
     def run_step_timed(self, times: List[Any]) -> None:
         """One step with each call timed into ``times`` (ns by call index): the host clock
