@@ -13,11 +13,12 @@ Four models built here (no downloads), each trained one step at a time with one 
 * ``mlp`` (not in the default list): 8 blocks of Linear 64-64, LayerNorm, GELU at batch 4,
   Adam: a host-bound step of ~470 small calls, where the replay's own cost per call counts.
 
-Per model, in a process of its own: ``capture --run`` (library form: the real step timed unprofiled, each op timed in
-place, then captured with its dataflow), then ``--reps`` repetitions of [the real step timed
-unprofiled here (median of ``--real-steps``), ``run_benchmark -c SPEC --replay-step
---num-threads 1`` in a child process, ``workload_totals --json`` on its results]: the real
-step and the replays interleaved. Targets (median over repetitions): the in-step replay within
+Per model, ``--reps`` repetitions of [a fresh process building the model, capturing it the
+first time (``capture --run`` in library form: the real step timed unprofiled, each op timed
+in place, then captured with its dataflow) and timing its real step unprofiled (median of
+``--real-steps``) and each op in place with its page faults; then ``run_benchmark -c SPEC
+--replay-step --num-threads 1`` in a fresh process and ``workload_totals --json`` on its
+results]: real steps and replays interleaved, each side sampled over as many processes. Targets (median over repetitions): the in-step replay within
 ``--step-tolerance`` (10%) of the real step; per op above 2% of the step, the in-step time
 within ``--op-tolerance`` (25%) of the original (each op timed in place in the real step).
 Exit status 1 on a miss (the table says which).
@@ -233,49 +234,66 @@ def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
     return json.loads(totals.stdout)
 
 
-def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
+def measure_real(name: str, options, workdir: Path, capture: bool) -> Dict[str, Any]:
+    """In this process: build the model, capture it (``capture``: the first repetition), then
+    time its real step unprofiled and each op in place with its page faults."""
     torch.set_num_threads(1)
     step = build(name, options.quick, options.device, options.batch_scale)
-    started = time.perf_counter()
-    workload = capture_run(step, warmup=2, steps=1, source=f"bench {name}",
-                           repeats=options.real_steps)
-    spec = workdir / f"{name}.json"
-    workload.write(spec)
-    capture_s = time.perf_counter() - started
-    reps = []
-    for rep in range(options.reps):
-        real = statistics.median(time_step(step, options.real_steps)) / 1e3
-        in_place: Dict[str, float] = {}
-        in_place_faults: Dict[str, float] = {}
-        faults: Dict[str, List[float]] = {}
-        for func, times in time_ops_in_place(step, 1, passes=3, faults=faults).items():
-            namespace, base = func.split(".")[:2]
-            op = f"{namespace}::{base}"
-            in_place[op] = in_place.get(op, 0.0) + sum(times) / 1e3
-            in_place_faults[op] = in_place_faults.get(op, 0.0) + sum(faults.get(func, []))
-        ledger = replay_once(spec, workdir / f"{name}_{rep}.json", options)
-        ledger["in_place"] = in_place
-        ledger["in_place_faults"] = in_place_faults
-        reps.append((real, ledger))
-        print(f"  {name} rep {rep + 1}: real {real:.2f} ms, in-step {ledger['in_step_ms']:.2f}"
-              f" ms, isolated {ledger['isolated_ms']:.2f} ms", flush=True)
-    return {"name": name, "capture_s": capture_s, "reps": reps}
+    out: Dict[str, Any] = {}
+    if capture:
+        started = time.perf_counter()
+        workload = capture_run(step, warmup=2, steps=1, source=f"bench {name}",
+                               repeats=options.real_steps)
+        workload.write(workdir / f"{name}.json")
+        out["capture_s"] = time.perf_counter() - started
+    else:
+        for _ in range(2):  # the capture's warm-up
+            step()
+    out["real"] = statistics.median(time_step(step, options.real_steps)) / 1e3
+    in_place: Dict[str, float] = {}
+    in_place_faults: Dict[str, float] = {}
+    faults: Dict[str, List[float]] = {}
+    for func, times in time_ops_in_place(step, 1, passes=3, faults=faults).items():
+        namespace, base = func.split(".")[:2]
+        op = f"{namespace}::{base}"
+        in_place[op] = in_place.get(op, 0.0) + sum(times) / 1e3
+        in_place_faults[op] = in_place_faults.get(op, 0.0) + sum(faults.get(func, []))
+    out["in_place"], out["in_place_faults"] = in_place, in_place_faults
+    return out
 
 
-def measure_in_child(name: str, options, workdir: Path) -> Dict[str, Any]:
-    """``measure_model`` in a process of its own, as the model would run in production: the
-    allocator's state (which memory it recycles, which pages a step touches first) is then
-    the model's own, not what the models measured before it left behind."""
-    into = workdir / f"{name}.measured.json"
-    argv = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--into", str(into),
-            "--keep", str(workdir), "--reps", str(options.reps),
-            "--real-steps", str(options.real_steps), "-w", str(options.warmup),
-            "-i", str(options.iters), "--device", options.device,
+def measure_in_child(name: str, options, workdir: Path, rep: int) -> Dict[str, Any]:
+    """``measure_real`` in a fresh process, as the model runs in production. Each repetition
+    gets its own: which memory glibc's allocator recycles, and so how many pages a step
+    touches first, differs from process to process (the same LSTM step's ``_log_softmax``
+    took 5.5 ms with recycled memory in one and 14 ms with 6,836 first touches in the next),
+    on the real side as on the replay's, so both are sampled over as many processes."""
+    into = workdir / f"{name}.real{rep}.json"
+    argv = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--rep", str(rep),
+            "--into", str(into), "--keep", str(workdir),
+            "--real-steps", str(options.real_steps), "--device", options.device,
             "--batch-scale", str(options.batch_scale)] + (["--quick"] if options.quick else [])
     run = subprocess.run(argv)
     if run.returncode != 0 or not into.exists():
         raise SystemExit(f"measuring {name} failed ({run.returncode})")
     return json.loads(into.read_text())
+
+
+def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
+    """Per repetition, in fresh processes: the real step (and the capture, first), then its
+    replay."""
+    reps, capture_s = [], None
+    for rep in range(options.reps):
+        real = measure_in_child(name, options, workdir, rep)
+        capture_s = real.get("capture_s", capture_s)
+        ledger = replay_once(workdir / f"{name}.json", workdir / f"{name}_{rep}.json", options)
+        ledger["in_place"] = real["in_place"]
+        ledger["in_place_faults"] = real["in_place_faults"]
+        reps.append((real["real"], ledger))
+        print(f"  {name} rep {rep + 1}: real {real['real']:.2f} ms, in-step "
+              f"{ledger['in_step_ms']:.2f} ms, isolated {ledger['isolated_ms']:.2f} ms",
+              flush=True)
+    return {"name": name, "capture_s": capture_s, "reps": reps}
 
 
 def _median(values):
@@ -376,11 +394,12 @@ def main() -> int:
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child measuring one model
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child timing one real step
+    parser.add_argument("--rep", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
-        result = measure_model(options.one, options, options.keep)
+        result = measure_real(options.one, options, options.keep, capture=options.rep == 0)
         options.into.write_text(json.dumps(result))
         return 0
     verdicts = []
@@ -389,7 +408,7 @@ def main() -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         for name in options.models.split(","):
             print(f"{name}: capturing and replaying", flush=True)
-            verdicts.append(judge(measure_in_child(name, options, workdir), options))
+            verdicts.append(judge(measure_model(name, options, workdir), options))
     print_tables(verdicts, options)
     missed = [v["name"] for v in verdicts if not v["step_ok"] or v["misses"]]
     print(f"\n{torch.__version__}, device {options.device}, 1 thread; "

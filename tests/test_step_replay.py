@@ -543,6 +543,16 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
                                                               original_faults=0)
     rows = {row["op"]: row for row in build_ledger(records, [(5, step)])["ops"]}
     assert rows["aten::gelu"]["reason"] == "allocation"
+    # originals timed in place: a small call reading long is the timer's; a long one is not
+    live = [_record("aten::gelu", "0|0|0", 0.01, 8, original=19.0),
+            _record("aten::mm", "0|0|0", 1.0, 2, original=2000.0)]
+    timed = {"step_replay": {"stats": {"median": 5.0}, "configs": {
+        "aten::gelu|0|0|0": {"in_step_us": 11.0, "calls": 8},
+        "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}},
+        "original": {"how": {"file": "live timing (unprofiled)"}}}}
+    rows = {row["op"]: row for row in build_ledger(live, [(1, timed)])["ops"]}
+    assert rows["aten::gelu"]["reason"] == "profiler"
+    assert rows["aten::mm"]["reason"] == "cache"
     # without counts the table has no faults column
     plain = {"step_replay": {"stats": {"median": 1.0}, "configs": {
         "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}}}}

@@ -8,8 +8,10 @@ of them differ by more than ``AGREE`` a one-word reason says why, as a hint from
 the direction of the gap:
 
 * ``missing``: not captured, or failed in the replay (no replay time at all);
-* ``profiler``: the original comes from a profiler trace and reads longer than the replay
-  (its per-call cost; small calls above all);
+* ``profiler``: the original reads longer than the replay and comes from a profiler trace
+  (its per-call cost; small calls above all), or, timed in place by ``capture --run``, its
+  calls are small (under ``SMALL_CALL_US`` each: the in-place timer's own Python between
+  calls leaves a call of a few microseconds colder than the step ran it);
 * ``data``: an op whose time depends on index or integer data (embedding, gather, pooling
   indices, losses over targets): generated data differ from the real ones;
 * ``allocation``: the op's minor page faults per step (first touches of fresh memory) differ
@@ -32,6 +34,8 @@ from param_compute.plan.runkey import key_of
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
 AGREE = 1.25
 #: Op name parts whose time depends on the values of index or integer data.
+#: Calls shorter than this (µs, in the original) are the in-place timer's to perturb.
+SMALL_CALL_US = 25.0
 #: Page faults per step that make a difference (4 MiB of first touches: about a millisecond).
 FAULT_PAGES = 1024
 DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "nll_loss",
@@ -64,8 +68,9 @@ def _faults_explain(ratio: float, in_step_faults: Optional[float],
 
 def reason(op: str, original: Optional[float], in_step: Optional[float],
            isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
-           original_faults: Optional[float] = None) -> str:
-    """The one-word reason for the largest gap of an op's row ('' where they agree)."""
+           original_faults: Optional[float] = None, calls: int = 0) -> str:
+    """The one-word reason for the largest gap of an op's row ('' where they agree);
+    ``calls``: the op's calls per step (for the time of one call in the original)."""
     replay = in_step if in_step is not None else isolated
     if not replay:
         return "missing" if original else ""
@@ -78,7 +83,9 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
         elif _data_op(op):
             why = "data"
         else:
-            why = "profiler" if profiled and to_original < 1 else "cache"
+            small = bool(calls) and original is not None \
+                and original * 1e3 / calls < SMALL_CALL_US
+            why = "profiler" if to_original < 1 and (profiled or small) else "cache"
         gaps.append((abs(math.log(to_original)), why))
     isolated_to_step = _ratio(isolated, in_step)
     if _differs(isolated_to_step):
@@ -192,7 +199,7 @@ def build_ledger(records: Iterable[Dict[str, Any]],
         row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
         row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
                                row["isolated_ms"], profiled, row["in_step_faults"],
-                               row["original_faults"])
+                               row["original_faults"], row["calls"])
     rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
                                  r["isolated_ms"] or 0))
     return _totals(rows, step, original_info, missing, device_side)
