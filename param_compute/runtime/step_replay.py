@@ -26,28 +26,21 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from param_compute.capture.step_file import path_text
 from param_compute.runtime.data import materialize, seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
+from param_compute.runtime.step_binding import (Slot, arg_value, locate, output, set_arg,
+                                                tensor_spec)
 from param_compute.process.faults import minor_faults
 
 log = logging.getLogger("param_compute")
 
 #: Examples of mismatched dataflow edges and failed calls kept in the record.
 MAX_EXAMPLES = 20
-
-
-class _Slot:
-    """A placeholder for a fed tensor while a call's arguments are bound."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int):
-        self.index = index
 
 
 @dataclass
@@ -61,72 +54,6 @@ class _Call:
     outs: List[Tuple[List[int], int]] = field(default_factory=list)  # (output path, slot)
     frees: List[int] = field(default_factory=list)
     failed: Optional[str] = None
-
-
-def _get(value: Any, path: Sequence[Any]) -> Any:
-    for part in path:
-        value = value[part]
-    return value
-
-
-def _set(container: Any, path: Sequence[Any], value: Any) -> None:
-    for part in path[:-1]:
-        container = container[part]
-    container[path[-1]] = value
-
-
-def _arg_value(args: List[Any], kwargs: Dict[str, Any], path: Sequence[Any]) -> Any:
-    head = path[0]
-    root = args[head] if isinstance(head, int) else kwargs[head]
-    return _get(root, path[1:])
-
-
-def _set_arg(args: List[Any], kwargs: Dict[str, Any], path: Sequence[Any], value: Any) -> None:
-    if len(path) == 1:
-        if isinstance(path[0], int):
-            args[path[0]] = value
-        else:
-            kwargs[path[0]] = value
-        return
-    container = args[path[0]] if isinstance(path[0], int) else kwargs[path[0]]
-    _set(container, path[1:], value)
-
-
-def _tensor_spec(config_input: Dict[str, Any], path: Sequence[Any]) -> Optional[Dict[str, Any]]:
-    """The data spec of the tensor at ``path`` in a config's input."""
-    head = path[0]
-    spec = (config_input.get("args") or [None] * (head + 1))[head] if isinstance(head, int) \
-        else (config_input.get("kwargs") or {}).get(head)
-    for part in path[1:]:
-        if not isinstance(spec, dict) or spec.get("type") not in ("genericlist", "tuple"):
-            return None
-        items = spec.get("value") or []
-        spec = items[part] if part < len(items) else None
-    return spec if isinstance(spec, dict) and spec.get("type") == "tensor" else None
-
-
-def _locate(bound_args: List[Any], bound_kwargs: Dict[str, Any]):
-    """(container, key, slot) of every placeholder in bound arguments (one list level deep)."""
-    found = []
-    for container, keys in ((bound_args, range(len(bound_args))), (bound_kwargs,
-                                                                   list(bound_kwargs))):
-        for key in keys:
-            value = container[key]
-            if isinstance(value, _Slot):
-                found.append((container, key, value.index))
-            elif isinstance(value, list):
-                found.extend((value, j, item.index) for j, item in enumerate(value)
-                             if isinstance(item, _Slot))
-    return found
-
-
-def _output(result: Any, path: Sequence[int]) -> Any:
-    outputs = result if isinstance(result, tuple) else (result,)
-    value = outputs[path[0]] if path[0] < len(outputs) else None
-    if len(path) == 2:
-        value = value[path[1]] if isinstance(value, (list, tuple)) and path[1] < len(value) \
-            else None
-    return value
 
 
 class StepReplay:
@@ -220,7 +147,7 @@ class StepReplay:
         expected = {}
         for path, producer, out in entry.get("in", []):
             try:
-                current = _arg_value(args, kwargs, path)
+                current = arg_value(args, kwargs, path)
             except (IndexError, KeyError, TypeError):
                 self._mismatch(index, run.key, path, "no tensor argument at this path")
                 continue
@@ -229,14 +156,14 @@ class StepReplay:
                 continue
             slot = slots[(producer, tuple(out))]
             try:
-                _set_arg(args, kwargs, path, _Slot(slot))
+                set_arg(args, kwargs, path, Slot(slot))
             except TypeError:  # inside a tuple: the call keeps its generated tensor
                 self._mismatch(index, run.key, path, "the argument cannot be fed (a tuple)")
                 continue
             expected[slot] = (tuple(current.shape), current.dtype, path)
         for path, number in entry.get("ext", []):
             try:
-                current = _arg_value(args, kwargs, path)
+                current = arg_value(args, kwargs, path)
             except (IndexError, KeyError, TypeError):
                 continue
             if not isinstance(current, torch.Tensor):
@@ -246,7 +173,7 @@ class StepReplay:
                 self.externals.setdefault(number, current)  # the first reader's tensor
                 continue
             try:
-                _set_arg(args, kwargs, path, shared)
+                set_arg(args, kwargs, path, shared)
             except TypeError:  # inside a tuple: this reader keeps a tensor of its own
                 continue
         bound = op.bind_forward(args, kwargs)
@@ -255,7 +182,7 @@ class StepReplay:
         else:  # an operator whose bound call can't be taken apart: its forward, unbound
             func, bound_args, bound_kwargs = op.forward, args, kwargs
         call = _Call(run.key, func, bound_args, bound_kwargs)
-        for container, key, slot in _locate(bound_args, bound_kwargs):
+        for container, key, slot in locate(bound_args, bound_kwargs):
             shape, dtype, path = expected[slot]
             call.fills.append((container, key, slot, (shape, dtype), path))
         return call
@@ -290,7 +217,7 @@ class StepReplay:
                 try:
                     result = call.func(*call.args, **call.kwargs)
                     for path, slot in call.outs:
-                        values[slot] = _output(result, path)
+                        values[slot] = output(result, path)
                     if index == len(self.calls) - 1:
                         self.last_output = result  # what the step ends with (checks, tests)
                     del result
@@ -306,7 +233,7 @@ class StepReplay:
         self.device.clock.synchronize()
 
     def _generated(self, run_key: str, path) -> Any:
-        spec = _tensor_spec(self._runs[run_key].input, path)
+        spec = tensor_spec(self._runs[run_key].input, path)
         if spec is None:
             return None
         return materialize(spec, self.options.device)
