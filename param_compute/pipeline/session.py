@@ -98,7 +98,7 @@ class Session:
         from param_compute.runtime.engine import Engine
 
         session.engine = Engine(session.spec, session.options, session.toolchain, session.sinks,
-                                session.run_filters, session._refused())
+                                session.run_filters, session._refused(), session._journal())
         return session
 
     # -- assembly -------------------------------------------------------------------------
@@ -148,7 +148,13 @@ class Session:
         if path is None and (self.options.profile or self.options.execution_trace):
             raise OptionsError("-p/--profile and --et write their traces beside the results "
                                "file: give an output")
-        check_outputs({"--output": path, "--csv": self.csv, "--oss-json": self.oss_json},
+        journal = None
+        if path is not None and self.options.repetitions > 1 and not self.options.dry_run:
+            from param_compute.runtime.repetition_journal import journal_path
+
+            journal = journal_path(path)
+        check_outputs({"--output": path, "--csv": self.csv, "--oss-json": self.oss_json,
+                       "--repetitions journal": journal},
                       {"-c/--config spec": self.spec_path,
                        "--peaks": Path(self.options.peaks) if self.options.peaks else None})
         if path is not None:
@@ -272,6 +278,15 @@ class Session:
             log.info("%d runs measured before the last attempt ended were not profiled: "
                      "profiling them now", len(requeue))
         return BatchProfiler(self.nsight, self.spec, self.options, self.path, requeue)
+
+    def _journal(self) -> Any:
+        """``--repetitions`` with a results file: the journal keeping every measurement as it
+        comes (``runtime.repetition_journal``), read back on ``--resume``."""
+        if self.path is None or self.options.repetitions <= 1 or self.options.dry_run:
+            return None
+        from param_compute.runtime.repetition_journal import RepetitionJournal
+
+        return RepetitionJournal(self.path, resume=self.resume is not None)
 
     def _refused(self) -> Dict[str, str]:
         """A config that crashed the previous attempt is recorded as an error, not rerun."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from param_compute.operators.unsafe import custom_namespace, unsafe_reason
 from param_compute.plan.runplan import PlannedRun, count_runs, plan_runs
@@ -61,12 +61,13 @@ class Engine:
     def __init__(self, spec: BenchmarkSpec, options: RunOptions, toolchain,
                  sinks: Iterable[RecordSink] = (),
                  run_filters: Sequence[Callable[[PlannedRun], bool]] = (),
-                 refused: Optional[Dict[str, str]] = None):
+                 refused: Optional[Dict[str, str]] = None, journal: Optional[Any] = None):
         """``toolchain`` (``runtime.toolchain.Toolchain``) gives the config iterators and the
         executor's context; ``run_filters`` further select runs (a shard's slice, runs not yet
         done when resuming); a run every filter accepts and ``--resume-id``/``--stop-id`` select
         runs. ``refused``: runs not executed but recorded as errors, by key -> message (a
-        config that crashed the previous attempt: ``runtime.crash_marker``)."""
+        config that crashed the previous attempt: ``runtime.crash_marker``); ``journal``: where
+        ``--repetitions`` keeps each measurement (``runtime.repetition_journal``)."""
         self.spec = spec
         self.options = options
         self.iterators = toolchain.registries.config_iterators
@@ -76,6 +77,7 @@ class Engine:
         self.run_filters = list(run_filters)
         self._isolated = None  # the worker for runs that must be isolated (``_execute``)
         self.refused: Dict[str, str] = dict(refused or {})
+        self.journal = journal
         self._isolated_ops: set = set()  # custom-namespace operators already said isolated
 
     def plan(self) -> Iterable[PlannedRun]:
@@ -97,7 +99,7 @@ class Engine:
             return RepeatedExecutor(lambda: IsolatedExecutor(context), self._selected(),
                                     self.options.repetitions, self.options.seed,
                                     Canary() if self.options.canary else None,
-                                    self.options.keep_samples)
+                                    self.options.keep_samples, self.journal)
         if self.options.isolate:
             from param_compute.runtime.isolation import IsolatedExecutor
 

@@ -97,8 +97,13 @@ class RepeatedExecutor:
     seeded order); each ``execute`` then returns the run's combined record."""
 
     def __init__(self, fresh: Callable[[], object], runs: Sequence[PlannedRun], count: int,
-                 seed: int, canary: Optional[object] = None, keep: Optional[int] = None):
+                 seed: int, canary: Optional[object] = None, keep: Optional[int] = None,
+                 journal: Optional[object] = None):
+        """``journal``: a ``repetition_journal.RepetitionJournal`` keeping each measurement on
+        disk as it comes (what an earlier, killed attempt measured is not measured again)."""
         self.fresh = fresh
+        self.journal = journal
+        self._handed: set = set()  # runs whose combined record went to the engine
         self.keep = keep  # --keep-samples: the most samples a combined pass holds
         self.runs = list(runs)
         self.count = count
@@ -118,15 +123,27 @@ class RepeatedExecutor:
             self.orders.append([run.key for run in order])
             log.info("repetition %d of %d: %d runs in a fresh process, in a seeded random order",
                      repetition + 1, self.count, len(order))
+            done = self.journal.done.get(repetition, {}) if self.journal is not None else {}
+            todo = [run for run in order if run.key not in done]
+            for run in order:  # measured by an earlier attempt, in the journal
+                if run.key in done:
+                    self.records.setdefault(run.key, []).append(done[run.key])
+            if not todo:
+                self.repetition_drifts.append(self.journal.drifts.get(repetition))
+                continue
             before = self._canary_drift()
             measured: List[RunRecord] = []
             executor = self.fresh()
             try:
-                for run in order:
+                for run in todo:
                     record = executor.execute(run)
                     self.records.setdefault(run.key, []).append(record)
                     measured.append(record)
+                    if self.journal is not None:
+                        self.journal.measured(repetition, run.key, record)
                 self._mark(measured, before, self._canary_drift())
+                if self.journal is not None:
+                    self.journal.ended(repetition, self.repetition_drifts[-1])
             except (KeyboardInterrupt, Interrupted) as stop:
                 self.stop = stop
                 log.warning("interrupted in repetition %d of %d: the runs measured so far are "
@@ -178,6 +195,7 @@ class RepeatedExecutor:
             return None
         if self.stop is not None and run.key == self._last_measured():
             GUARD.raise_after_line(getattr(self.stop, "signum", signal.SIGINT))
+        self._handed.add(run.key)
         return combine(records, self.keep)
 
     def _last_measured(self) -> str:
@@ -187,4 +205,8 @@ class RepeatedExecutor:
         return self._last
 
     def close(self) -> None:
-        """Nothing held between repetitions: each one's process is closed when it ends."""
+        """Nothing held between repetitions: each one's process is closed when it ends. The
+        journal goes once every run measured had its record handed out (and written)."""
+        if self.journal is not None:
+            measured = {key for key, records in self.records.items() if records}
+            self.journal.close(remove=bool(self.orders) and measured <= self._handed)

@@ -1,0 +1,209 @@
+"""``--repetitions``: every measured record kept on disk as it comes, so a killed run loses none.
+
+``RepeatedExecutor`` measures every selected run N times before it hands out the first
+combined record, so until the last repetition ends the results file holds no record of the
+run at all. A kill then (``kill -9``, the OOM killer, a CI job's time limit) would lose hours of
+measurements. The journal, ``<results>.repetitions`` beside the results file, gets one JSON
+line per run measured in a repetition (the record as it crosses process bounds,
+``dataclasses.asdict``), flushed as it is written, and one line per finished repetition with
+the canary's drift around it:
+
+    {"repetition": 0, "run": "torch.add|0|0|0_3", "record": {...}}
+    {"repetition": 0, "end": true, "drift": null}
+
+``run_benchmark --resume`` reads it and measures only the (repetition, run) pairs it lacks.
+The journal goes when every record measured has been handed to the writers (a finished run,
+or one that Ctrl-C ended: those write what they measured). It is untrusted input on resume:
+bounded, a regular file; the first line that is not a whole, well-formed entry ends the
+reading (a line cut by the kill, or worse), said once, and what follows is measured again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from param_compute.results.records import PassResult, RunError, RunRecord
+
+log = logging.getLogger("param_compute")
+
+SUFFIX = ".repetitions"
+#: The most bytes read back (a journal of a million small runs is well below).
+MAX_BYTES = 1 << 31
+
+
+def journal_path(results: Path) -> Path:
+    return Path(results).with_name(Path(results).name + SUFFIX)
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+def _pass(fields: Any) -> Optional[PassResult]:
+    if not isinstance(fields, dict) or not isinstance(fields.get("name"), str) \
+            or not _numbers(fields.get("warmup_ms")) or not _numbers(fields.get("measure_ms")):
+        return None
+    extra = fields.get("extra") or {}
+    if not isinstance(extra, dict) or not all(isinstance(k, str) and _numbers(v)
+                                              for k, v in extra.items()):
+        return None
+    for key in ("facts", "peaks", "summary"):
+        if fields.get(key) is not None and not isinstance(fields[key], dict):
+            return None
+    for key in ("iterations", "flops", "bytes"):
+        value = fields.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return None
+    try:
+        return PassResult(**fields)
+    except TypeError:
+        return None
+
+
+def parse_record(fields: Any) -> Optional[RunRecord]:
+    """A ``RunRecord`` from a journal line's ``record``; None for anything not one."""
+    if not isinstance(fields, dict) or not all(isinstance(fields.get(k), str)
+                                               for k in ("op_name", "id", "status")) \
+            or not isinstance(fields.get("config"), dict):
+        return None
+    passes = [_pass(p) for p in fields.get("passes") or []]
+    if any(p is None for p in passes):
+        return None
+    error = fields.get("error")
+    if error is not None:
+        if not isinstance(error, dict) or not all(isinstance(error.get(k), str)
+                                                  for k in ("type", "message", "phase")):
+            return None
+        error = RunError(error["type"], error["message"], error["phase"])
+    drift = fields.get("canary_drift")
+    if drift is not None and (not isinstance(drift, (int, float)) or isinstance(drift, bool)
+                              or not math.isfinite(drift)):
+        return None
+    for key in ("target", "verify", "repetition_medians"):
+        if fields.get(key) is not None and not isinstance(fields[key], dict):
+            return None
+    try:
+        return RunRecord(**{**fields, "passes": passes, "error": error})
+    except TypeError:
+        return None
+
+
+class RepetitionJournal:
+    """The journal of one results file: what an earlier attempt measured (``done``,
+    ``drifts``) and the stream this attempt appends to."""
+
+    def __init__(self, results: Path, resume: bool):
+        self.path = journal_path(results)
+        #: repetition -> run key -> record measured by an earlier attempt
+        self.done: Dict[int, Dict[str, RunRecord]] = {}
+        #: repetition -> the canary's drift around it (finished repetitions only)
+        self.drifts: Dict[int, Optional[float]] = {}
+        self._fd: Optional[int] = None
+        if resume:
+            self._load()
+
+    # -- reading ----------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("%s: cannot read (%s): its runs are measured again", self.path,
+                        exc.strerror or exc)
+            return
+        with os.fdopen(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                log.warning("%s: not a regular file: ignored", self.path)
+                return
+            data = stream.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            log.warning("%s: over %d bytes: ignored", self.path, MAX_BYTES)
+            return
+        lines = data.split(b"\n")
+        for number, line in enumerate(lines[:-1], 1):  # the last piece has no newline: cut
+            if not self._take(line):
+                log.warning("%s line %d: not a journal entry; it and what follows are measured "
+                            "again", self.path, number)
+                return
+        if lines[-1].strip():
+            log.warning("%s: its last line was cut off (the run was killed while writing it): "
+                        "that measurement is taken again", self.path)
+        restored = sum(len(runs) for runs in self.done.values())
+        if restored:
+            log.info("%s: %d measurements of earlier repetitions restored", self.path, restored)
+
+    def _take(self, line: bytes) -> bool:
+        try:
+            entry = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return False
+        if not isinstance(entry, dict):
+            return False
+        repetition = entry.get("repetition")
+        if not isinstance(repetition, int) or isinstance(repetition, bool) or repetition < 0:
+            return False
+        if entry.get("end") is True:
+            drift = entry.get("drift")
+            if drift is not None and (not isinstance(drift, (int, float))
+                                      or isinstance(drift, bool) or not math.isfinite(drift)):
+                return False
+            self.drifts[repetition] = drift
+            return True
+        record = parse_record(entry.get("record"))
+        key = entry.get("run")
+        if record is None or not isinstance(key, str):
+            return False
+        self.done.setdefault(repetition, {})[key] = record
+        return True
+
+    # -- writing ----------------------------------------------------------------------------
+    def _write(self, entry: Dict[str, Any]) -> None:
+        if self._fd is None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+            if not self.done and not self.drifts:  # nothing restored: a fresh journal
+                flags |= os.O_TRUNC
+            try:
+                self._fd = os.open(self.path, flags, 0o644)
+            except OSError as exc:
+                log.warning("cannot keep %s (%s): a killed run would measure its repetitions "
+                            "again", self.path, exc.strerror or exc)
+                self._fd = -1
+                return
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                os.close(self._fd)
+                self._fd = -1
+                log.warning("%s is not a regular file: not kept", self.path)
+                return
+        if self._fd < 0:
+            return
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        os.write(self._fd, line.encode("utf-8"))  # one write: a kill cuts at most this line
+
+    def measured(self, repetition: int, key: str, record: RunRecord) -> None:
+        self._write({"repetition": repetition, "run": key,
+                     "record": dataclasses.asdict(record)})
+
+    def ended(self, repetition: int, drift: Optional[float]) -> None:
+        self._write({"repetition": repetition, "end": True, "drift": drift})
+
+    def close(self, remove: bool) -> None:
+        """Stop writing; ``remove``: every record measured reached the writers."""
+        if self._fd is not None and self._fd >= 0:
+            os.close(self._fd)
+        self._fd = None
+        if remove:
+            try:
+                if self.path.is_file() and not self.path.is_symlink():
+                    self.path.unlink()
+            except OSError:
+                pass
