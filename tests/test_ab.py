@@ -174,6 +174,9 @@ def test_an_interrupted_side_stops_ab_and_keeps_what_was_measured(tmp_path):
     stopped.write_text("#!/bin/sh\nexit 130\n")
     stopped.chmod(0o755)
     out = tmp_path / "ab"
+    out.mkdir()
+    for side in "ab":  # an earlier ab's pair: gone, so it cannot pass for this run's
+        (out / f"{side}.json").write_text("earlier\n")
     done = run_cli("-c", spec, "--a", "-i 2", "--b", "-i 2", "--python-b", stopped, "-o", out,
                    "--rounds", "2", module=AB)
     assert done.returncode == 130

@@ -231,6 +231,8 @@ def run_ab(args: argparse.Namespace, console) -> int:
 
     sides = _check(args)
     files = _outputs(args)
+    for earlier in files.values():  # an earlier ab's pair must not pass for this one's
+        earlier.unlink(missing_ok=True)  # (checked: a regular file or none, never a link)
     paths, status = _run_rounds(args, sides)
     for side in ("a", "b"):
         join_rounds(paths[side], files[side], {"ab": {
