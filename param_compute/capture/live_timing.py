@@ -41,6 +41,10 @@ class CallTimer(TorchDispatchMode):
         self.events = events
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # An aten overload through its C++ entry, as the step replay calls it: the Python
+        # frame of ``OpOverload.__call__`` is nothing the original step paid.
+        call = func._op if type(func) is OpOverload else func
         if self.events:
             import torch
 
@@ -48,16 +52,12 @@ class CallTimer(TorchDispatchMode):
                 enable_timing=True)
             faults = minor_faults()
             start.record()
-            out = func(*args, **(kwargs or {}))
+            out = call(*args, **kwargs)
             end.record()
             self.faults.append(minor_faults() - faults)
             self.calls.append((func, (start, end)))
             return out
         clock = time.perf_counter_ns
-        kwargs = kwargs or {}
-        # An aten overload through its C++ entry, as the step replay calls it: the Python
-        # frame of ``OpOverload.__call__`` is nothing the original step paid.
-        call = func._op if type(func) is OpOverload else func
         faults = minor_faults()
         start = clock()
         out = call(*args, **kwargs)
