@@ -553,6 +553,21 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     rows = {row["op"]: row for row in build_ledger(live, [(1, timed)])["ops"]}
     assert rows["aten::gelu"]["reason"] == "profiler"
     assert rows["aten::mm"]["reason"] == "cache"
+    # slower in the step than isolated: allocation only where the step touches fresh pages
+    iso = [_record("aten::relu", "0|0|0", 1.0, 1), _record("aten::gelu", "0|0|0", 1.0, 1)]
+    gap = {"step_replay": {"stats": {"median": 5.0}, "configs": {
+        "aten::relu|0|0|0": {"in_step_us": 3000.0, "calls": 1, "faults": 0},
+        "aten::gelu|0|0|0": {"in_step_us": 3000.0, "calls": 1, "faults": 1568}}}}
+    rows = {row["op"]: row for row in build_ledger(iso, [(1, gap)])["ops"]}
+    assert (rows["aten::relu"]["reason"], rows["aten::gelu"]["reason"]) == ("cache",
+                                                                            "allocation")
+    # the HTML report's table: in-step / original and the faults of both sides
+    from param_compute.results.report_workload import _per_op
+    from param_compute.results.workload_totals import WorkloadTotals
+
+    html = _per_op(WorkloadTotals(), build_ledger(records, [(5, step)], {"device": "cpu"}))
+    assert "in-step / original" in html and "page faults per step, original / in-step" in html
+    assert ">1568/0<" in html
     # without counts the table has no faults column
     plain = {"step_replay": {"stats": {"median": 1.0}, "configs": {
         "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}}}}

@@ -4,8 +4,9 @@ Per op and for the step: the original (the captured run's op time: Kineto with t
 profiler's per-call cost subtracted, or each op timed in place by ``capture --run``), the
 in-step replay (``--replay-step``: the step replayed in order, outputs fed to consumers), the
 isolated replay (Σ median × count) and the real step when the capture timed it. Where two
-of them differ by more than ``AGREE`` a one-word reason says why, as a hint from the op and
-the direction of the gap:
+of them differ by more than ``AGREE`` a one-word reason says why (the gap to the original
+first: it says whether the replay predicts production), as a hint from the op, its page
+faults and the direction of the gap:
 
 * ``missing``: not captured, or failed in the replay (no replay time at all);
 * ``profiler``: the original reads longer than the replay and comes from a profiler trace
@@ -16,8 +17,9 @@ the direction of the gap:
   indices, losses over targets): generated data differ from the real ones;
 * ``allocation``: the op's minor page faults per step (first touches of fresh memory) differ
   between the original and the in-step replay in the direction of the time gap (the allocator
-  handed one fresh pages and the other recycled memory), or, without fault counts, slower in
-  the step than isolated while making a fresh output (which a hot isolated loop reuses);
+  handed one fresh pages and the other recycled memory), or slower in the step than isolated
+  while making a fresh output the step touches first (which a hot isolated loop reuses; where
+  the replay counted no first touches, that gap is ``cache``);
 * ``cache``: any other gap between in-step and isolated or original (inputs written long
   before in the step, hot and alone in isolation).
 
@@ -27,7 +29,7 @@ Torch-free: it reads the results file's records and its ``step_replay`` line.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from param_compute.plan.runkey import key_of
 
@@ -69,12 +71,13 @@ def _faults_explain(ratio: float, in_step_faults: Optional[float],
 def reason(op: str, original: Optional[float], in_step: Optional[float],
            isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
            original_faults: Optional[float] = None, calls: int = 0) -> str:
-    """The one-word reason for the largest gap of an op's row ('' where they agree);
-    ``calls``: the op's calls per step (for the time of one call in the original)."""
+    """The one-word reason for a gap in an op's row ('' where its numbers agree);
+    ``calls``: the op's calls per step (for the time of one call in the original). The gap
+    to the original comes first (it says whether the replay predicts production); the gap
+    between isolated and in-step replay is explained where the original agrees."""
     replay = in_step if in_step is not None else isolated
     if not replay:
         return "missing" if original else ""
-    gaps: List[Tuple[float, str]] = []
     to_original = _ratio(replay, original)
     if _differs(to_original):
         if in_step is not None and _faults_explain(to_original, in_step_faults,
@@ -86,17 +89,18 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
             small = bool(calls) and original is not None \
                 and original * 1e3 / calls < SMALL_CALL_US
             why = "profiler" if to_original < 1 and (profiled or small) else "cache"
-        gaps.append((abs(math.log(to_original)), why))
+        return why
     isolated_to_step = _ratio(isolated, in_step)
     if _differs(isolated_to_step):
+        first_touch = in_step_faults is None or in_step_faults >= FAULT_PAGES
         if _data_op(op):
             why = "data"
-        elif isolated_to_step < 1 and not op.endswith("_"):
+        elif isolated_to_step < 1 and not op.endswith("_") and first_touch:
             why = "allocation"
         else:
             why = "cache"
-        gaps.append((abs(math.log(isolated_to_step)), why))
-    return max(gaps)[1] if gaps else ""
+        return why
+    return ""
 
 
 def _step_line(extras: Iterable[Tuple[int, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
@@ -248,12 +252,12 @@ def _x(value: Optional[float]) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
-def _has_faults(ledger: Dict[str, Any]) -> bool:
+def has_faults(ledger: Dict[str, Any]) -> bool:
     return any(row.get("original_faults") is not None or row.get("in_step_faults") is not None
                for row in ledger["ops"])
 
 
-def _faults(row: Dict[str, Any]) -> str:
+def faults_text(row: Dict[str, Any]) -> str:
     """``original/in-step`` page faults per step, ``-`` for an unknown side."""
     return "/".join("-" if row.get(key) is None else f"{row[key]:.0f}"
                     for key in ("original_faults", "in_step_faults"))
@@ -274,7 +278,7 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
     if ledger["real_step_ms"] and ledger["in_step_ms"]:
         lines.append(f"  {'in-step / real step':<36} "
                      f"{ledger['in_step_ms'] / ledger['real_step_ms']:>11.2f}x")
-    faults = _has_faults(ledger)
+    faults = has_faults(ledger)
     header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
               f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}"
               + (f" {'faults orig/step':>17}" if faults else "") + "  reason")
@@ -285,7 +289,7 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
                      f"{_x(row['in_step_over_original']):>9} "
                      f"{_x(row['isolated_over_original']):>9} "
                      f"{_x(row['isolated_over_in_step']):>9}"
-                     + (f" {_faults(row):>17}" if faults else "") + f"  {row['reason']}")
+                     + (f" {faults_text(row):>17}" if faults else "") + f"  {row['reason']}")
     if faults:
         lines.append("faults: minor page faults per step (first touches of fresh memory), in "
                      "the original / in the in-step replay")
@@ -312,7 +316,7 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
                            ("isolated replay, Σ median × count", "isolated_ms"),
                            ("original op time", "original_ms"),
                            ("original op time captured", "original_captured_ms")))
-    faults = _has_faults(ledger)
+    faults = has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
             "isolated / original", "isolated / in-step") \
         + (("page faults, original / in-step",) if faults else ()) + ("reason",)
@@ -321,7 +325,7 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
         + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
             _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
             _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),
-            _x(row["isolated_over_in_step"])) + ((_faults(row),) if faults else ()))
+            _x(row["isolated_over_in_step"])) + ((faults_text(row),) if faults else ()))
         + f"<td>{escape(row['reason'])}</td></tr>" for row in ledger["ops"])
     return ("<h2>Fidelity ledger: which numbers predict production</h2>"
             "<p class=\"note\">ms per step; a reason names the likely cause where two numbers "

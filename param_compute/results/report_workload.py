@@ -15,7 +15,7 @@ from html import escape
 from typing import Any, Dict, List, Optional
 
 from param_compute.formatting import format_ms
-from param_compute.results.ledger import AGREE
+from param_compute.results.ledger import AGREE, faults_text, has_faults
 from param_compute.results.workload_totals import WorkloadTotals
 
 
@@ -71,6 +71,11 @@ def _per_op(totals: WorkloadTotals, ledger: Dict[str, Any]) -> str:
         head += ["original ms", "replayed / original"]
     if has_step:
         head += ["in-step ms", "replayed / in-step"]
+    if has_original and has_step:
+        head.append("in-step / original")
+    faults = has_faults(ledger)
+    if faults:
+        head.append("page faults per step, original / in-step")
     if has_original or has_step:
         head.append("why they differ")
     out = ["<h2>Where the time goes</h2><p class=\"note\">Per op, Σ median × count of its "
@@ -95,6 +100,10 @@ def _per_op(totals: WorkloadTotals, ledger: Dict[str, Any]) -> str:
         if has_step:
             cells += [f"<td class=\"num\">{_ms(row.get('in_step_ms'))}</td>",
                       _ratio_cell(row.get("isolated_over_in_step"))]
+        if has_original and has_step:
+            cells.append(_ratio_cell(row.get("in_step_over_original")))
+        if faults:
+            cells.append(f"<td class=\"num\">{escape(faults_text(row) if row else '')}</td>")
         if has_original or has_step:
             cells.append(f"<td>{escape(row.get('reason') or '')}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
