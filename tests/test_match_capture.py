@@ -11,6 +11,7 @@ import torch
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.capture import capture_ops
 from param_compute.errors import EXIT_INVALID
+from param_compute.process.allocator import allocator_settings, describe
 from param_compute.spec.reserved import capture_problems, differences, recorded_threads
 
 
@@ -27,7 +28,7 @@ def test_a_live_capture_writes_its_device_and_thread_count(tmp_path):
     spec_path, _ = cap.write(tmp_path / "spec.json")
     spec = json.loads(spec_path.read_text())
     assert spec["__capture__"] == {"device": "cpu", "num_threads": torch.get_num_threads(),
-                                   "source": "test"}
+                                   "source": "test", "allocator": allocator_settings()}
     assert "__capture__" not in cap.spec()  # the operators only, for code reading them
     param_path, _ = cap.write(tmp_path / "param.json", param_form=True)
     assert "__capture__" not in json.loads(param_path.read_text())  # PARAM: every key an op
@@ -89,3 +90,70 @@ def test_differences_compare_device_kinds_and_threads():
                                                "--num-threads 1 (captured with 8)"]
     assert differences(None, "cpu", 1) == []
     assert capture_problems([]) and capture_problems({"device": "cuda:1"}) == []
+
+
+# -- the host allocator's settings ---------------------------------------------------------------
+TUNED = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=33554432"
+
+
+def test_allocator_settings_keep_what_changes_the_allocator_only():
+    environ = {"GLIBC_TUNABLES": f"glibc.rtld.nns=2:{TUNED}", "MALLOC_ARENA_MAX": "2",
+               "LD_PRELOAD": "/usr/lib/libfoo.so:/opt/lib/libjemalloc.so.2", "PATH": "/bin"}
+    assert allocator_settings(environ) == {"GLIBC_TUNABLES": TUNED, "MALLOC_ARENA_MAX": "2",
+                                           "LD_PRELOAD": "libjemalloc.so.2"}
+    assert allocator_settings({"LD_PRELOAD": "/usr/lib/libfoo.so"}) == {}
+    assert allocator_settings({}) == {} and describe({}) == "glibc's defaults"
+    assert describe({"MALLOC_ARENA_MAX": "2"}) == "MALLOC_ARENA_MAX=2"
+
+
+def test_a_live_capture_records_the_allocator_settings_it_ran_with(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", TUNED)
+    with capture_ops(source="test") as cap:
+        torch.ones(4).neg()
+    spec_path, _ = cap.write(tmp_path / "spec.json")
+    assert json.loads(spec_path.read_text())["__capture__"]["allocator"] == {
+        "GLIBC_TUNABLES": TUNED}
+    header, _, _ = read_results_of_run(tmp_path, spec_path)
+    assert header["sys_info"]["allocator"] == {"GLIBC_TUNABLES": TUNED}
+
+
+def read_results_of_run(tmp_path, spec_path):
+    out = tmp_path / "run.json"
+    done = run_cli("-c", spec_path, "--output", out, "-i", "2")
+    assert done.returncode == 0, done.stderr
+    assert "allocator" not in done.stderr  # run as captured: nothing to say
+    return read_results(out)
+
+
+def test_a_run_under_other_allocator_settings_is_warned_about(tmp_path, monkeypatch):
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    for name in ("LD_PRELOAD", "MALLOC_ARENA_MAX", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    spec = write_spec(tmp_path, _spec({"device": "cpu", "num_threads": 1,
+                                       "allocator": {"GLIBC_TUNABLES": TUNED}}))
+    warned = run_cli("-c", spec, "--output", tmp_path / "r.json", "-i", "2")
+    assert warned.returncode == 0, warned.stderr
+    assert (f"differs from the captured workload: allocator glibc's defaults (captured with "
+            f"GLIBC_TUNABLES={TUNED})") in warned.stderr
+    assert f"Start it with GLIBC_TUNABLES={TUNED} in its environment" in warned.stderr
+    followed = run_cli("-c", spec, "--output", tmp_path / "m.json", "-i", "2",
+                       "--match-capture")
+    assert "--match-capture cannot change a running process's allocator" in followed.stderr
+    monkeypatch.setenv("GLIBC_TUNABLES", TUNED)
+    same = run_cli("-c", spec, "--output", tmp_path / "s.json", "-i", "2")
+    assert "allocator" not in same.stderr
+    defaults = write_spec(tmp_path, _spec({"device": "cpu", "allocator": {}}), "d.json")
+    other = run_cli("-c", defaults, "--output", tmp_path / "d.r.json", "-i", "2")
+    assert "captured with glibc's defaults" in other.stderr
+    assert "none of them set (glibc's defaults)" in other.stderr
+
+
+@pytest.mark.parametrize("allocator, words", [
+    ([], "__capture__.allocator: allocator is an object"),
+    ({"PATH": "/bin"}, "__capture__.allocator.PATH: not an allocator setting: 'PATH'"),
+    ({"GLIBC_TUNABLES": 5}, "__capture__.allocator.GLIBC_TUNABLES: GLIBC_TUNABLES is text"),
+])
+def test_bad_allocator_settings_are_refused_with_their_path(tmp_path, allocator, words):
+    spec = write_spec(tmp_path, _spec({"device": "cpu", "allocator": allocator}))
+    result = run_cli("-c", spec, "--output", tmp_path / "r.json")
+    assert result.returncode == EXIT_INVALID and words in result.stderr, result.stderr

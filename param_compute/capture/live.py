@@ -26,6 +26,7 @@ from param_compute.capture.accounting import Unreplayable
 from param_compute.capture.step import StepRecorder, TensorSlot
 from param_compute.capture.values import live_spec
 from param_compute.capture.workload import CapturedWorkload
+from param_compute.process.allocator import allocator_settings
 
 
 def _keys(tensor: torch.Tensor):
@@ -72,6 +73,7 @@ class LiveCapture(TorchDispatchMode):
         self._seen: Counter = Counter()
         self._watched: Dict[Any, weakref.finalize] = {}
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
+        self.workload.allocator = allocator_settings()  # and the host allocator's settings
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

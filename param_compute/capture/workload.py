@@ -125,6 +125,8 @@ class CapturedWorkload:
         #: The intra-op thread count the captured run used, where known (a live capture knows;
         #: a Kineto trace says where the recording added it).
         self.num_threads: Optional[int] = None
+        #: The host allocator's environment settings (``process.allocator``), where known.
+        self.allocator: Optional[Dict[str, str]] = None
 
     # -- collecting --------------------------------------------------------------------------
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
@@ -252,8 +254,11 @@ class CapturedWorkload:
         threads = self.num_threads
         if threads is None and self.kineto is not None:
             threads = self.kineto.get("num_threads")
-        return {"device": _device_kind(self.main_device()), "num_threads": threads,
-                "source": self.source}
+        out = {"device": _device_kind(self.main_device()), "num_threads": threads,
+               "source": self.source}
+        if self.allocator is not None:  # a live capture knows its allocator's settings
+            out["allocator"] = dict(self.allocator)
+        return out
 
     def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()

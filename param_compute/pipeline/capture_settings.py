@@ -4,7 +4,8 @@ A captured spec's ``__capture__`` section (``spec.reserved``) says which device 
 intra-op threads the captured workload ran with. A run that differs is warned about before
 anything runs (a replay at 1 thread set against a step at 16 reads as a slow tool); with
 ``--match-capture`` the run takes the recorded settings (the device only where its kind differs:
-``cuda:3`` under torchrun stays ``cuda:3``).
+``cuda:3`` under torchrun stays ``cuda:3``). The host allocator's settings (``process.allocator``)
+are compared too, and only warned about: a process takes them from its environment at start.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from dataclasses import replace
 
 from param_compute.runtime.options import RunOptions
-from param_compute.spec.reserved import differences
+from param_compute.spec.reserved import allocator_difference, differences
 
 log = logging.getLogger("param_compute")
 
@@ -22,6 +23,7 @@ def follow_capture(spec, options: RunOptions, follow: bool) -> RunOptions:
     """Warn where the run's device or thread count differs from those a captured spec records
     (``spec.reserved``); with ``--match-capture``, take the recorded ones."""
     settings = spec.capture or {}
+    _allocator(settings, follow)
     if follow and not settings:
         log.warning("--match-capture: %s records no capture settings (__capture__); running "
                     "with -d %s --num-threads %d", spec.source, options.device,
@@ -49,3 +51,20 @@ def follow_capture(spec, options: RunOptions, follow: bool) -> RunOptions:
     log.info("--match-capture: running with -d %s --num-threads %d, as captured",
              options.device, options.num_threads)
     return options
+
+
+def _allocator(settings, follow: bool) -> None:
+    """Warn where this process's allocator settings differ from the capture's: the pages a
+    step touches first depend on them, and only a new process can take others."""
+    from param_compute.process.allocator import allocator_settings, describe
+
+    gap = allocator_difference(settings, allocator_settings())
+    if gap is None:
+        return
+    captured = describe(settings["allocator"]) if settings["allocator"] else \
+        "none of them set (glibc's defaults)"
+    log.warning("this run differs from the captured workload: %s; which memory is recycled, "
+                "and how many pages a step touches first, may not compare. %s", gap,
+                ("--match-capture cannot change a running process's allocator: start it with "
+                 f"{captured} in its environment") if follow else
+                f"Start it with {captured} in its environment to run as captured")

@@ -8,6 +8,8 @@ import socket
 import sys
 from typing import Any, Dict, List, Optional
 
+from param_compute.process.allocator import allocator_settings
+
 
 def sys_info(device: str, include_torch: bool = True,
              num_threads: Optional[int] = None) -> Dict[str, Any]:
@@ -24,6 +26,7 @@ def sys_info(device: str, include_torch: bool = True,
         "device": device,
         "load_average": load_average(),
         "cpu_governor": cpu_governor(),
+        "allocator": allocator_settings(),  # the host allocator's environment ({}: defaults)
     }
     if not include_torch:  # a dry run: torch's version from its package, torch not imported
         from param_compute.operators.name_index import torch_version

@@ -3,7 +3,10 @@
 ``__capture__`` (written by ``python -m param_compute.capture``): the settings the captured
 workload ran with, so a replay can say when it runs otherwise (``run_benchmark`` warns) or follow
 them (``--match-capture``): ``{"device": "cpu" | "cuda" | "cuda:N", "num_threads": N | null,
-"source": TEXT}``. ``num_threads`` is null when the recording did not say (an execution trace
+"source": TEXT, "allocator": {NAME: VALUE}}``. ``allocator`` (a live capture's; absent where
+the recording did not say) holds the host allocator's environment settings
+(``process.allocator``: ``{}`` for glibc's defaults); a process cannot change its own, so a
+replay under others is warned about, and ``--match-capture`` says how to start it. ``num_threads`` is null when the recording did not say (an execution trace
 never records it; a Kineto trace does where the recording added it, ``prof.add_metadata(
 "num_threads", str(torch.get_num_threads()))``; a live capture always knows). PARAM, which reads
 every top-level key as an operator, skips it as an unknown operator. Torch-free.
@@ -15,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 CAPTURE_KEY = "__capture__"
 RESERVED_KEYS = frozenset({CAPTURE_KEY})
-CAPTURE_FIELDS = ("device", "num_threads", "source")
+CAPTURE_FIELDS = ("device", "num_threads", "source", "allocator")
 #: At most this many threads is a believable recorded setting.
 MAX_RECORDED_THREADS = 1 << 16
 
@@ -45,6 +48,24 @@ def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
                                            f"{str(threads)[:40]}", None))
     if "source" in value and not isinstance(value["source"], str):
         problems.append((("source",), "source is text", None))
+    problems.extend(_allocator_problems(value.get("allocator", {})))
+    return problems
+
+
+def _allocator_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
+    from param_compute.process.allocator import ALLOCATOR_VARIABLES, MAX_VALUE_CHARS
+
+    if not isinstance(value, dict):
+        return [(("allocator",), "allocator is an object of environment settings "
+                                 '{"NAME": "value"} ({} for glibc\'s defaults)', None)]
+    problems: List[Tuple[tuple, str, Optional[str]]] = []
+    for name, setting in value.items():
+        if name not in ALLOCATOR_VARIABLES:
+            problems.append((("allocator", str(name)[:40]), f"not an allocator setting: "
+                             f"{str(name)[:40]!r}", f"known: {', '.join(ALLOCATOR_VARIABLES)}"))
+        elif not isinstance(setting, str) or len(setting) > MAX_VALUE_CHARS:
+            problems.append((("allocator", name), f"{name} is text of at most "
+                             f"{MAX_VALUE_CHARS} characters", None))
     return problems
 
 
@@ -63,6 +84,18 @@ def capture_settings(raw: Any) -> Optional[Dict[str, Any]]:
     """A (validated) spec's ``__capture__`` object, or None."""
     value = raw.get(CAPTURE_KEY) if isinstance(raw, dict) else None
     return value if isinstance(value, dict) else None
+
+
+def allocator_difference(settings: Optional[Dict[str, Any]],
+                         allocator: Dict[str, str]) -> Optional[str]:
+    """How a run's allocator settings differ from the capture's (None: the same, or the
+    capture did not record them)."""
+    from param_compute.process.allocator import describe
+
+    captured = (settings or {}).get("allocator")
+    if not isinstance(captured, dict) or captured == allocator:
+        return None
+    return f"allocator {describe(allocator)} (captured with {describe(captured)})"
 
 
 def differences(settings: Optional[Dict[str, Any]], device: str,
