@@ -125,8 +125,7 @@ class CapturedWorkload:
         #: The intra-op thread count the captured run used, where known (a live capture knows;
         #: a Kineto trace says where the recording added it).
         self.num_threads: Optional[int] = None
-        #: The host allocator's environment settings (``process.allocator``), where known.
-        self.allocator: Optional[Dict[str, str]] = None
+        self.allocator: Optional[Dict[str, str]] = None  # ``process.allocator``'s, if known
 
     # -- collecting --------------------------------------------------------------------------
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
@@ -249,16 +248,15 @@ class CapturedWorkload:
         return param_form_spec(spec)
 
     def settings(self) -> Dict[str, Any]:
-        """The ``__capture__`` section (``spec.reserved``): the device and thread count the
-        captured run used, so a replay can say when it runs otherwise."""
+        """``__capture__`` (``spec.reserved``): the device, thread count and allocator settings
+        the captured run used (a live one knows the last), for the replay to compare."""
         threads = self.num_threads
         if threads is None and self.kineto is not None:
             threads = self.kineto.get("num_threads")
-        out = {"device": _device_kind(self.main_device()), "num_threads": threads,
-               "source": self.source}
-        if self.allocator is not None:  # a live capture knows its allocator's settings
-            out["allocator"] = dict(self.allocator)
-        return out
+        known = {} if self.allocator is None else {"allocator": dict(self.allocator)}
+        device = self.main_device()  # cuda:1 -> cuda: a replay picks its own GPU
+        return {"device": device.split(":")[0] if device.startswith(("cuda", "cpu")) else device,
+                "num_threads": threads, "source": self.source, **known}
 
     def _compact_spec(self) -> Dict[str, Any]:
         main = self.main_device()
@@ -393,11 +391,6 @@ class CapturedWorkload:
         if skipped:
             line += f", {skipped} calls skipped"
         return line
-
-
-def _device_kind(device: str) -> str:
-    """``cuda:1`` -> ``cuda`` (a replay picks its own GPU); ``cpu`` stays."""
-    return "cuda" if device.startswith("cuda") else "cpu" if device.startswith("cpu") else device
 
 
 def report_path(spec_path: Path) -> Path:

@@ -215,7 +215,8 @@ class RunOptions:
     match_capture: bool = flag(
         "--match-capture", default=False, action="store_true",
         help="run with the device and thread count a captured spec records (__capture__) "
-             "instead of -d/--num-threads (a run that differs is warned about)")
+             "instead of -d/--num-threads (a run that differs is warned about; so is one "
+             "under other allocator settings, which only the environment can give)")
     #: After the isolated runs, replay the captured step in order (``runtime.step_session``);
     #: ``step_file``: its step file (default ``NAME.step.json`` beside the spec).
     replay_step: bool = flag(
