@@ -536,6 +536,8 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     assert rows["aten::mm"]["in_step_faults"] == 23 and rows["aten::mm"]["original_faults"] is None
     text = format_ledger(ledger)
     assert "faults orig/step" in text and "1568/0" in text and "-/23" in text
+    assert (ledger["in_step_faults"], ledger["original_faults"]) == (1568 + 23, 1568 + 1568)
+    assert "first touches a step, orig / in-step" in text and "3136/1591" in text
     assert "minor page faults per step" in text
     assert "page faults, original / in-step" in ledger_section(ledger)
     # the reverse: the replay faults where the original reused memory, and is slower

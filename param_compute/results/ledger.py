@@ -228,6 +228,8 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
     return {
         "in_step_ms": _number(stats.get("median")),
         "in_step_ops_ms": total("in_step_ms"),
+        "in_step_faults": total("in_step_faults"),
+        "original_faults": total("original_faults"),
         "isolated_ms": total("isolated_ms"),
         "original_ms": original_ms,
         "original_captured_ms": captured_ms if original_ms else None,
@@ -278,6 +280,12 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
     if ledger["real_step_ms"] and ledger["in_step_ms"]:
         lines.append(f"  {'in-step / real step':<36} "
                      f"{ledger['in_step_ms'] / ledger['real_step_ms']:>11.2f}x")
+    touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
+    if any(count is not None and count >= FAULT_PAGES for count in touched):
+        lines.append(f"  {'first touches a step, orig / in-step':<36} "
+                     f"{'/'.join('-' if c is None else f'{c:.0f}' for c in touched):>12}")
+        lines.append("  (fresh pages: how many a step takes depends on the host allocator's "
+                     "settings, sys_info.allocator)")
     faults = has_faults(ledger)
     header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
               f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}"
