@@ -176,3 +176,128 @@ def test_killed_run_with_repetitions_resumes_from_its_journal(tmp_path):
         assert all(value in times for value in samples)  # restored, not measured again
     assert all(len(r["stats"]["forward"]["repetition_medians"]) == 3 for r in records.values())
     assert not journal.exists()
+
+
+def test_a_resumed_attempt_appends_after_the_last_whole_entry(tmp_path, caplog):
+    """A line cut by the kill (or a damaged one) is dropped before the next attempt appends:
+    what it measures is read back after a second kill, not hidden behind the bad line."""
+    results = tmp_path / "r.json"
+    runs = _runs(4)
+    _Counting.calls, _Counting.die_after = [], 3
+    with pytest.raises(_Killed):
+        RepeatedExecutor(_Counting, runs, 3, seed=1,
+                         journal=RepetitionJournal(results, False)).measure()
+    path = journal_path(results)
+    path.write_bytes(path.read_bytes() + b'{"repetition": 0, "ru')  # cut by the kill
+    _Counting.calls, _Counting.die_after = [], 4
+    with pytest.raises(_Killed):
+        RepeatedExecutor(_Counting, runs, 3, seed=1,
+                         journal=RepetitionJournal(results, True)).measure()
+    assert b'"ru{' not in path.read_bytes()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="param_compute"):
+        journal = RepetitionJournal(results, resume=True)
+    assert sum(len(done) for done in journal.done.values()) == 3 + 4  # every measurement
+    assert journal.drifts == {0: None}
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warned, warned
+
+
+def _journal_line(**change):
+    record = dataclasses.asdict(RunRecord("torch.add", "0|0|0", {"input": {}},
+                                          passes=[PassResult("forward", [1.0], [2.0])]))
+    record.update(change.pop("record", {}))
+    record["passes"][0].update(change.pop("passed", {}))
+    return json.dumps({"repetition": 0, "run": "torch.add|0|0|0", "record": record, **change})
+
+
+def _second(line):
+    """The line as repetition 1's (where the first line is repetition 0's)."""
+    return json.dumps(dict(json.loads(line), repetition=1))
+
+
+@pytest.mark.parametrize("line", [
+    _journal_line(passed={"facts": {"involuntary_switches": "x"}}),  # summed as a number
+    _journal_line(passed={"summary": {}}),  # no median
+    _journal_line(passed={"summary": dict.fromkeys(
+        ("n", "mean", "median", "min", "max", "stdev", "p10", "p90", "iqr", "cv", "ci_low",
+         "ci_high", "ci_rel_width"), "1")}),
+    _journal_line(record={"target": {"metric": 1, "value": "x"}}),
+    _journal_line(record={"target": {"metric": "tflops_per_s", "value": 1}}),
+    _journal_line(record={"op_name": "torch.evil"}),  # another run's record under this key
+    _journal_line(run="torch.add|0|0|1"),
+])
+def test_a_journal_record_that_would_break_the_run_is_refused(tmp_path, line):
+    results = tmp_path / "r.json"
+    journal_path(results).write_text(_journal_line() + "\n" + _second(line) + "\n")
+    journal = RepetitionJournal(results, resume=True)
+    assert list(journal.done) == [0] and list(journal.done[0]) == ["torch.add|0|0|0"]
+    runs = _runs(2)
+    _Counting.calls, _Counting.die_after = [], None
+    repeated = RepeatedExecutor(_Counting, runs, 2, seed=0, journal=journal)
+    records = [repeated.execute(run) for run in runs]
+    assert [(r.op_name, r.id) for r in records] == [("torch.add", "0|0|0"), ("torch.add", "0|0|1")]
+    assert len(_Counting.calls) == 3  # all but the restored measurement
+    for record in records:
+        record.to_json()
+
+
+def test_a_full_disk_stops_the_journal_not_the_run(tmp_path, caplog, monkeypatch):
+    import errno
+
+    from param_compute.runtime import repetition_journal
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(repetition_journal.os, "write", full)
+    runs = _runs(3)
+    _Counting.calls, _Counting.die_after = [], None
+    repeated = RepeatedExecutor(_Counting, runs, 2, seed=0,
+                                journal=RepetitionJournal(tmp_path / "r.json", False))
+    with caplog.at_level(logging.WARNING, logger="param_compute"):
+        records = [repeated.execute(run) for run in runs]
+    assert all(len(r.passes[0].measure_ms) == 4 for r in records)  # nothing measured lost
+    warned = [r.getMessage() for r in caplog.records if "cannot keep" in r.getMessage()]
+    assert len(warned) == 1 and "No space left" in warned[0], warned
+
+
+def test_a_fifo_planted_after_the_check_neither_hangs_nor_is_written(tmp_path, caplog):
+    results = tmp_path / "r.json"
+    os.mkfifo(journal_path(results))
+
+    def hung(signum, frame):
+        raise AssertionError("opening the journal blocked on a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        journal = RepetitionJournal(results, resume=False)
+        with caplog.at_level(logging.WARNING, logger="param_compute"):
+            journal.measured(0, "torch.add|0|0|0", RunRecord("torch.add", "0|0|0", {}))
+        journal.close(remove=True)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert any("cannot keep" in r.getMessage() for r in caplog.records)
+    assert stat_is_fifo(journal_path(results))
+
+
+def stat_is_fifo(path):
+    import stat
+
+    return stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+def test_a_huge_journal_is_not_read(tmp_path, caplog):
+    from param_compute.runtime.repetition_journal import MAX_BYTES
+
+    results = tmp_path / "r.json"
+    with open(journal_path(results), "wb") as sparse:
+        sparse.truncate(MAX_BYTES + 1)  # a hole: takes no disk
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="param_compute"):
+        journal = RepetitionJournal(results, resume=True)
+    assert time.monotonic() - started < 5 and not journal.done
+    assert any("over" in r.getMessage() and str(journal_path(results)) in r.getMessage()
+               for r in caplog.records)

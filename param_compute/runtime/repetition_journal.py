@@ -15,7 +15,10 @@ the canary's drift around it:
 The journal goes when every record measured has been handed to the writers (a finished run,
 or one that Ctrl-C ended: those write what they measured). It is untrusted input on resume:
 bounded, a regular file; the first line that is not a whole, well-formed entry ends the
-reading (a line cut by the kill, or worse), said once, and what follows is measured again.
+reading (a line cut by the kill, or worse), said once, and what follows is measured again;
+the resumed attempt appends after the last whole entry (the rest is cut off first). A record
+whose fields the run could not combine or write, or filed under another run's key, is such a
+line. A journal that cannot be written (a full disk) is given up, said once; the run goes on.
 """
 
 from __future__ import annotations
@@ -29,22 +32,55 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from param_compute.plan.runkey import key_of
 from param_compute.results.records import PassResult, RunError, RunRecord
+from param_compute.results.stats import summarize
+from param_compute.results.targets import TARGET_METRICS
 
 log = logging.getLogger("param_compute")
 
 SUFFIX = ".repetitions"
 #: The most bytes read back (a journal of a million small runs is well below).
 MAX_BYTES = 1 << 31
+#: The statistics a pass's ``summary`` holds (``results.stats.summarize``).
+_SUMMARY_KEYS = frozenset(summarize([1.0]))
+#: Facts that are combined as numbers across repetitions (``results.stats.pooled_facts``).
+_NUMERIC_FACTS = ("involuntary_switches", "discarded", "descheduled", "peak_bytes", "kept")
 
 
 def journal_path(results: Path) -> Path:
     return Path(results).with_name(Path(results).name + SUFFIX)
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _numbers(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    return isinstance(value, list) and all(_number(v) for v in value)
+
+
+def _facts(facts: Any) -> bool:
+    """A pass's facts: numbers (those combined across repetitions), strings or None."""
+    return isinstance(facts, dict) and all(
+        isinstance(k, str) and (_number(v) or (k not in _NUMERIC_FACTS
+                                               and (v is None or isinstance(v, str))))
+        for k, v in facts.items())
+
+
+def _summary(summary: Any) -> bool:
+    """A thinned pass's statistics, as ``summarize`` made them (None: computed from samples)."""
+    return summary is None or (isinstance(summary, dict) and _SUMMARY_KEYS <= set(summary)
+                               and all(_number(v) for v in summary.values()))
+
+
+def _target(target: Any) -> bool:
+    """A config's target ``{metric, value[, pass]}`` (None: none)."""
+    return target is None or (
+        isinstance(target, dict) and set(target) <= {"metric", "value", "pass"}
+        and isinstance(target.get("metric"), str) and target["metric"] in TARGET_METRICS
+        and _number(target.get("value")) and target.get("pass", "forward") in ("forward",
+                                                                                "backward"))
 
 
 def _pass(fields: Any) -> Optional[PassResult]:
@@ -55,9 +91,10 @@ def _pass(fields: Any) -> Optional[PassResult]:
     if not isinstance(extra, dict) or not all(isinstance(k, str) and _numbers(v)
                                               for k, v in extra.items()):
         return None
-    for key in ("facts", "peaks", "summary"):
-        if fields.get(key) is not None and not isinstance(fields[key], dict):
-            return None
+    if fields.get("peaks") is not None and not isinstance(fields["peaks"], dict):
+        return None
+    if not _facts(fields.get("facts", {})) or not _summary(fields.get("summary")):
+        return None
     for key in ("iterations", "flops", "bytes"):
         value = fields.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -87,9 +124,11 @@ def parse_record(fields: Any) -> Optional[RunRecord]:
     if drift is not None and (not isinstance(drift, (int, float)) or isinstance(drift, bool)
                               or not math.isfinite(drift)):
         return None
-    for key in ("target", "verify", "repetition_medians"):
+    for key in ("verify", "repetition_medians"):
         if fields.get(key) is not None and not isinstance(fields[key], dict):
             return None
+    if not _target(fields.get("target")):
+        return None
     try:
         return RunRecord(**{**fields, "passes": passes, "error": error})
     except TypeError:
@@ -107,6 +146,9 @@ class RepetitionJournal:
         #: repetition -> the canary's drift around it (finished repetitions only)
         self.drifts: Dict[int, Optional[float]] = {}
         self._fd: Optional[int] = None
+        #: bytes of whole entries read back: a resumed attempt appends after them, never
+        #: after a cut or damaged line (what it appended would never be read back)
+        self._kept = 0
         if resume:
             self._load()
 
@@ -122,8 +164,12 @@ class RepetitionJournal:
                         exc.strerror or exc)
             return
         with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 log.warning("%s: not a regular file: ignored", self.path)
+                return
+            if info.st_size > MAX_BYTES:  # not read at all
+                log.warning("%s: over %d bytes: ignored", self.path, MAX_BYTES)
                 return
             data = stream.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
@@ -135,6 +181,7 @@ class RepetitionJournal:
                 log.warning("%s line %d: not a journal entry; it and what follows are measured "
                             "again", self.path, number)
                 return
+            self._kept += len(line) + 1
         if lines[-1].strip():
             log.warning("%s: its last line was cut off (the run was killed while writing it): "
                         "that measurement is taken again", self.path)
@@ -161,7 +208,7 @@ class RepetitionJournal:
             return True
         record = parse_record(entry.get("record"))
         key = entry.get("run")
-        if record is None or not isinstance(key, str):
+        if record is None or key != key_of(record.op_name, record.id):  # another run's record
             return False
         self.done.setdefault(repetition, {})[key] = record
         return True
@@ -169,7 +216,8 @@ class RepetitionJournal:
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entry: Dict[str, Any]) -> None:
         if self._fd is None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) \
+                | getattr(os, "O_NONBLOCK", 0)  # a FIFO planted since the check: no hang
             if not self.done and not self.drifts:  # nothing restored: a fresh journal
                 flags |= os.O_TRUNC
             try:
@@ -184,10 +232,18 @@ class RepetitionJournal:
                 self._fd = -1
                 log.warning("%s is not a regular file: not kept", self.path)
                 return
+            if os.fstat(self._fd).st_size > self._kept:  # a cut or damaged tail: dropped
+                os.ftruncate(self._fd, self._kept)
         if self._fd < 0:
             return
         line = json.dumps(entry, separators=(",", ":")) + "\n"
-        os.write(self._fd, line.encode("utf-8"))  # one write: a kill cuts at most this line
+        try:
+            os.write(self._fd, line.encode("utf-8"))  # one write: a kill cuts at most this line
+        except OSError as exc:  # a full disk: the run goes on, its records still reach the writers
+            log.warning("cannot keep %s (%s): a killed run would measure its repetitions "
+                        "again", self.path, exc.strerror or exc)
+            os.close(self._fd)
+            self._fd = -1
 
     def measured(self, repetition: int, key: str, record: RunRecord) -> None:
         self._write({"repetition": repetition, "run": key,
