@@ -18,7 +18,7 @@ from conftest import EXAMPLES, REPO, run_cli
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.file import read_results
 from param_compute.results.records import PassResult, RunRecord
-from param_compute.runtime.repetition_journal import (RepetitionJournal, journal_path,
+from param_compute.runtime.repetition_journal import (SUFFIX, RepetitionJournal, journal_path,
                                                       parse_record)
 from param_compute.runtime.repetitions import RepeatedExecutor
 
@@ -301,3 +301,18 @@ def test_a_huge_journal_is_not_read(tmp_path, caplog):
     assert time.monotonic() - started < 5 and not journal.done
     assert any("over" in r.getMessage() and str(journal_path(results)) in r.getMessage()
                for r in caplog.records)
+
+
+def test_discarded_results_keep_no_journal(monkeypatch):
+    """``-o /dev/null``: no journal beside it (``/dev`` is no place for a file; a user who
+    may not write there was refused the run)."""
+    from param_compute.runtime import repetition_journal
+
+    made = []
+    monkeypatch.setattr(repetition_journal, "RepetitionJournal",
+                        lambda *args, **kwargs: made.append(args))
+    assert repetition_journal.journal_for(os.devnull) is None
+    result = run_cli("-c", EXAMPLES / "matmul_sweep.json", "--only", "torch.mm",
+                     "--repetitions", "2", "-i", "2", "--no-throughput", "--output", os.devnull)
+    assert result.returncode == 0, result.stderr
+    assert made == [] and not os.path.lexists(os.devnull + SUFFIX)

@@ -149,10 +149,10 @@ class Session:
             raise OptionsError("-p/--profile and --et write their traces beside the results "
                                "file: give an output")
         journal = None
-        if path is not None and self.options.repetitions > 1 and not self.options.dry_run:
-            from param_compute.runtime.repetition_journal import journal_path
+        if self.options.repetitions > 1 and not self.options.dry_run:
+            from param_compute.runtime.repetition_journal import journal_for
 
-            journal = journal_path(path)
+            journal = journal_for(path)
         check_outputs({"--output": path, "--csv": self.csv, "--oss-json": self.oss_json,
                        "--repetitions journal": journal},
                       {"-c/--config spec": self.spec_path,
@@ -282,10 +282,12 @@ class Session:
     def _journal(self) -> Any:
         """``--repetitions`` with a results file: the journal keeping every measurement as it
         comes (``runtime.repetition_journal``), read back on ``--resume``."""
-        if self.path is None or self.options.repetitions <= 1 or self.options.dry_run:
+        if self.options.repetitions <= 1 or self.options.dry_run:
             return None
-        from param_compute.runtime.repetition_journal import RepetitionJournal
+        from param_compute.runtime.repetition_journal import RepetitionJournal, journal_for
 
+        if journal_for(self.path) is None:
+            return None
         return RepetitionJournal(self.path, resume=self.resume is not None)
 
     def _refused(self) -> Dict[str, str]:

@@ -52,6 +52,14 @@ def journal_path(results: Path) -> Path:
     return Path(results).with_name(Path(results).name + SUFFIX)
 
 
+def journal_for(results: Optional[Path]) -> Optional[Path]:
+    """The journal a run writing ``results`` keeps; None for none or discarded results
+    (``-o /dev/null``: nothing beside it, ``/dev`` is no place for a file)."""
+    if results is None or os.path.realpath(results) == os.devnull:
+        return None
+    return journal_path(results)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
