@@ -152,8 +152,25 @@ def test_a_run_under_other_allocator_settings_is_warned_about(tmp_path, monkeypa
     ([], "__capture__.allocator: allocator is an object"),
     ({"PATH": "/bin"}, "__capture__.allocator.PATH: not an allocator setting: 'PATH'"),
     ({"GLIBC_TUNABLES": 5}, "__capture__.allocator.GLIBC_TUNABLES: GLIBC_TUNABLES is text"),
+    # shown in warnings: a terminal would act on escapes, a newline would forge a log line
+    ({"MALLOC_CONF": "\x1b]0;owned\x07\x1b[2J"},
+     "__capture__.allocator.MALLOC_CONF: MALLOC_CONF is text of at most 1000 printable"),
+    ({"MALLOC_CONF": "x" * 1001}, "MALLOC_CONF is text of at most 1000 printable characters"),
+    ({"\x1b[2J\nWARNING: FAKE": "1"}, "__capture__.allocator.\\x1b[2J\\nWARNING: FAKE: key "
+                                     "'\\x1b[2J\\nWARNING: FAKE' contains the non-printable "
+                                     "character U+001B"),
 ])
 def test_bad_allocator_settings_are_refused_with_their_path(tmp_path, allocator, words):
     spec = write_spec(tmp_path, _spec({"device": "cpu", "allocator": allocator}))
     result = run_cli("-c", spec, "--output", tmp_path / "r.json")
     assert result.returncode == EXIT_INVALID and words in result.stderr, result.stderr
+    assert "\x1b" not in result.stderr and "\nWARNING: FAKE" not in result.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_allocator_settings_are_shown_as_a_shell_takes_them_back():
+    """The warning's advice is pasted into a shell: quoted where it must be, never run."""
+    assert describe({"GLIBC_TUNABLES": TUNED}) == f"GLIBC_TUNABLES={TUNED}"
+    assert describe({"MALLOC_CONF": "x; rm -rf ~"}) == "MALLOC_CONF='x; rm -rf ~'"
+    shown = describe({"MALLOC_CONF": "a\x1b[2J\nb"})  # this process's own environment
+    assert shown.isprintable() and "\\x1b" in shown and "\\n" in shown, shown

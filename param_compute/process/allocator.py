@@ -18,6 +18,7 @@ an empty mapping means glibc's defaults. Torch-free.
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Dict, Mapping, Optional
 
 #: Variables that change how the host allocator behaves (glibc's malloc, jemalloc, tcmalloc,
@@ -59,8 +60,17 @@ def allocator_settings(environ: Optional[Mapping[str, str]] = None) -> Dict[str,
     return out
 
 
+def _shown(value: str) -> str:
+    """A value as a shell takes it back (quoted where it must be: the warning's advice is
+    pasted into one), control characters as the escapes that name them (a terminal would act
+    on them, a newline would forge a log line)."""
+    quoted = shlex.quote(str(value))
+    return quoted if quoted.isprintable() else "".join(
+        c if c.isprintable() else ascii(c)[1:-1] for c in quoted)
+
+
 def describe(settings: Mapping[str, str]) -> str:
     """``NAME=value ...`` for the environment, or ``glibc's defaults``."""
     if not settings:
         return "glibc's defaults"
-    return " ".join(f"{name}={value}" for name, value in sorted(settings.items()))
+    return " ".join(f"{name}={_shown(value)}" for name, value in sorted(settings.items()))

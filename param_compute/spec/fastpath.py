@@ -380,7 +380,7 @@ def take_scan(raw: Any) -> Optional[Scan]:
 
 def scanned_value_problems(raw: Any, result: Optional[Scan], keep: bool = False) -> List[Problem]:
     """``limits.json_value_problems(raw)``, walking only what ``result`` (``scan(raw)``) did not
-    prove problem-free; any problem found is said by the full walk, in document order. With
+    prove problem-free (nor reserved keys); any problem found is said by the full walk. With
     ``keep``, a spec without problems hands its scan to ``take_scan`` (one spec at a time)."""
     problems = _scanned_value_problems(raw, result)
     if keep:
@@ -392,7 +392,7 @@ def _scanned_value_problems(raw: Any, result: Optional[Scan]) -> List[Problem]:
     if result is None or result.values > MAX_JSON_VALUES:
         return json_value_problems(raw)
     budget = MAX_JSON_VALUES - result.values
-    for asl, path in result.rest:
+    for asl, path in result.rest + [(raw[k], (k,)) for k in RESERVED_KEYS if k in raw]:
         problems, seen = walk_values(asl, MAX_NESTING_DEPTH - len(path), budget)
         if problems:
             return json_value_problems(raw)

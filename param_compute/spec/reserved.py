@@ -63,9 +63,10 @@ def _allocator_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
         if name not in ALLOCATOR_VARIABLES:
             problems.append((("allocator", str(name)[:40]), f"not an allocator setting: "
                              f"{str(name)[:40]!r}", f"known: {', '.join(ALLOCATOR_VARIABLES)}"))
-        elif not isinstance(setting, str) or len(setting) > MAX_VALUE_CHARS:
+        elif not isinstance(setting, str) or len(setting) > MAX_VALUE_CHARS \
+                or not setting.isprintable():  # an environment value, shown in warnings
             problems.append((("allocator", name), f"{name} is text of at most "
-                             f"{MAX_VALUE_CHARS} characters", None))
+                             f"{MAX_VALUE_CHARS} printable characters", None))
     return problems
 
 
