@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from param_compute.errors import Problem, SpecError
+from param_compute.spec.wording import short
 
 FORMAT = "param_compute.step"
 VERSION = 1
@@ -191,9 +192,9 @@ def _hold_problems(holds: Any, where: Tuple[Any, ...], index: int,
         if problem:
             out.append(Problem(at, problem))
         until = hold[1]
-        if not (until == -1 and not isinstance(until, bool)) and not (
+        if (until != -1 or type(until) is not int) and not (
                 _is_index(until, count) and until >= index):
-            out.append(Problem(at, f"until {until!r} must be -1 (past the step's end) or a "
+            out.append(Problem(at, f"until {short(until)} must be -1 (past the step's end) or a "
                                f"call from this one ({index}) to the last ({count - 1})"))
     return out
 
@@ -228,14 +229,14 @@ def _call_problems(call: Any, index: int, externals: int, count: int) -> List[Pr
                 out.append(Problem(at, problem))
             if field == "in":
                 if not _is_index(edge[1], index):
-                    out.append(Problem(at, f"producer {edge[1]!r} is not an earlier call "
+                    out.append(Problem(at, f"producer {short(edge[1])} is not an earlier call "
                                        f"(0 to {index - 1})" if index else
                                        "the first call cannot read an earlier call's output"))
                 problem = _out_problem(edge[2])
                 if problem:
                     out.append(Problem(at, problem))
             elif not _is_index(edge[1], externals):
-                out.append(Problem(at, f"external {edge[1]!r} is not one of the "
+                out.append(Problem(at, f"external {short(edge[1])} is not one of the "
                                    f"{externals} externals"))
     return out
 
