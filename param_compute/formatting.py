@@ -23,10 +23,16 @@ def cell(value: Any):
     as the escapes that name them (a terminal would act on them)."""
     from rich.text import Text
 
+    return Text(printable(value))
+
+
+def printable(value: Any) -> str:
+    """Text from a results file for a terminal: control characters as the escapes that name
+    them (a terminal would act on them, a newline would forge a line)."""
     text = str(value)
     if not text.isprintable():
         text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return Text(text)
+    return text
 
 
 def file_kind(mode: int) -> str:

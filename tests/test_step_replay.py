@@ -86,10 +86,18 @@ def _step(**changes):
      "to the last (0)"),
     (_step(calls=[{"run": "a|0|0|0", "hold": [[["x"], -1]]}]), "calls[0].hold[0]",
      "output must be"),
-    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], True]]}]), "calls[0].hold[0]", "until True"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], True]]}]), "calls[0].hold[0]", "until true"),
     (_step(calls=[{"run": "a|0|0|0", "hold": {"0": 1}}]), "calls[0].hold", "must be a list"),
     (_step(calls=[{"run": "a|0|0|0", "faults": "many"}]), "calls[0].faults", "finite number"),
     (_step(real_step_us="fast"), "real_step_us", "finite number"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], -1.0]]}]), "calls[0].hold[0]",
+     "until -1.0 must be -1"),  # a call index, not a number
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], -1]] * 4097}]), "calls[0].hold",
+     "at most 4096 entries"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0, 1, 2], -1]]}]), "calls[0].hold[0]",
+     "output must be"),
+    (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], -1, 3]]}]), "calls[0].hold[0]",
+     "list of 2 items"),
     ([1, 2], "(top level)", "JSON object"),
 ])
 def test_hostile_step_files_are_refused_naming_file_and_entry(tmp_path, data, where, words):
@@ -100,6 +108,24 @@ def test_hostile_step_files_are_refused_naming_file_and_entry(tmp_path, data, wh
     text = str(caught.value)
     assert f"{path}: {where}: " in text and words in text, text
     assert "invalid step file" in text
+
+
+@pytest.mark.parametrize("value", ["\x1b[2J" + "A" * 100_000, [[[[0]]]] * 20_000,
+                                   {"x" * 50_000: 1}])
+def test_hostile_values_are_shown_short_in_step_file_problems(tmp_path, value):
+    """A value that is not an index is named in a snippet, not echoed whole (a 256 MB file
+    could fill the terminal) and never with the escapes that a terminal acts on."""
+    data = _step(externals=1, calls=[{"run": "a|0|0|0", "hold": [[[0], value]],
+                                      "ext": [[[0], value]]},
+                                     {"run": "a|0|0|0", "in": [[[0], value, [0]]]}])
+    path = tmp_path / "bad.step.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StepFileError) as caught:
+        read_step_file(path)
+    text = str(caught.value)
+    assert "calls[0].hold[0]: until " in text and "calls[0].ext[0]: external " in text
+    assert "calls[1].in[0]: producer " in text
+    assert len(text) < 2000 and "\x1b" not in text, len(text)
 
 
 def test_unreadable_step_files_are_refused(tmp_path, monkeypatch):
@@ -404,6 +430,50 @@ def test_ledger_reads_a_damaged_step_line_without_failing(line):
     assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 2.0
     assert ledger["ops"][0]["in_step_ms"] in (None, 1.0)  # a bad call count: the record's
     format_ledger(ledger)
+
+
+_HUGE = 1e308  # finite, but its sums overflow to infinity (invalid in --json's output)
+
+
+@pytest.mark.parametrize("config, step", [
+    ({"in_step_us": 1000.0, "calls": 2, "faults": _HUGE, "original_faults": _HUGE}, {}),
+    ({"in_step_us": 1000.0, "calls": 2, "faults": -5e6, "original_faults": -1}, {}),
+    ({"in_step_us": -1e308, "calls": 10**30}, {}),
+    ({"in_step_us": _HUGE, "calls": 2}, {"real_step_us": 1e-300, "stats": {"median": _HUGE}}),
+    ({"in_step_us": 1000.0, "calls": 2}, {"calls": float("inf"), "iterations": -1,
+                                          "error": ["x"] * 1000}),
+    ({"in_step_us": 1000.0, "calls": 2}, {"original": {"total_us": {"cpu": _HUGE}, "not_captured": [
+        {"op": "\x1b[2J\nforged line", "calls": "many", "original_us": {"cpu": _HUGE}}]}}),
+])
+def test_ledger_takes_no_hostile_number_from_a_results_file(tmp_path, config, step):
+    """Negative, huge or non-finite times and counts are no measurement: left out (``-``),
+    never summed to infinity (``--json`` wrote ``Infinity``, which is not JSON), printed
+    as a 300-digit number, or printed with the escapes a terminal acts on."""
+    records = [_record("aten::mm", "0|0|0", 1.0, 2, original=100.0),
+               _record("aten::relu", "0|0|0", _HUGE, 2, original=-1e3)]
+    line = {"step_replay": {"stats": {"median": 2.0}, **step,
+                            "configs": {"aten::mm|0|0|0": config, "aten::relu|0|0|0": config}}}
+    ledger = build_ledger(records, [(5, line)], {"device": "cpu"})
+    text = json.dumps(ledger, allow_nan=False)  # no inf or nan anywhere
+    shown = format_ledger(ledger)
+    assert "inf" not in shown and "nan" not in shown and "\x1b" not in shown, shown
+    assert "forged line" not in shown or "\\nforged line" in shown
+    assert max(len(row) for row in shown.splitlines()) < 200, shown
+    assert all(v is None or 0 <= v < 1e40 for row in ledger["ops"]
+               for v in (row["in_step_faults"], row["original_faults"], row["original_ms"],
+                         row["in_step_ms"], row["isolated_ms"])), text
+    results = tmp_path / "r.json"  # the same through the command line
+    results.write_text("\n".join(json.dumps(x) for x in [
+        {"run_options": {"device": "cpu"}, "sys_info": {}, "start_time": "x"},
+        *[dict(r, metric={"forward": {"measure.time": [1.0]}}, config={}) for r in records],
+        line]) + "\n")
+    for args in ([results], ["--json", results]):
+        done = run_cli(*args, module="param_compute.workload_totals")
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "\x1b" not in done.stdout and "Infinity" not in done.stdout
+    assert max(len(row) for row in run_cli(results, module="param_compute.workload_totals")
+               .stdout.splitlines()) < 200
+    assert json.loads(done.stdout, parse_constant=lambda name: pytest.fail(name))["ops"]
 
 
 def test_dry_run_plans_the_step_without_replaying_it(tmp_path):

@@ -28,9 +28,9 @@ Torch-free: it reads the results file's records and its ``step_replay`` line.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Iterable, Optional, Tuple
 
+from param_compute.formatting import printable
 from param_compute.plan.runkey import key_of
 
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
@@ -45,7 +45,7 @@ DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "n
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    return a / b if a is not None and b else None
+    return measured(a / b) if a is not None and b else None
 
 
 def _differs(ratio: Optional[float]) -> bool:
@@ -111,17 +111,28 @@ def _step_line(extras: Iterable[Tuple[int, Dict[str, Any]]]) -> Optional[Dict[st
     return found
 
 
-def _number(value: Any) -> Optional[float]:
+#: The largest time (us, ms) or page count per call or step taken from a file: what is more
+#: (or negative, or not finite) is no measurement, and its sums would overflow to infinity.
+MAX_NUMBER = 1e15
+
+
+def measured(value: Any) -> Optional[float]:
+    """A time or count from a file, as a float; None where it is no measurement."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) else None
+        and 0 <= value <= MAX_NUMBER else None
+
+
+def _calls(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) \
+        and 0 <= value <= 2**53 else None
 
 
 def _original_side(original_us: Any, device_side: bool) -> Optional[float]:
     if not isinstance(original_us, dict):
         return None
-    if device_side and _number(original_us.get("device")):
-        return _number(original_us.get("device"))
-    return _number(original_us.get("cpu"))
+    if device_side and measured(original_us.get("device")):
+        return measured(original_us.get("device"))
+    return measured(original_us.get("cpu"))
 
 
 def ledger_fields(record: Dict[str, Any]) -> Dict[str, Any]:
@@ -158,20 +169,20 @@ def build_ledger(records: Iterable[Dict[str, Any]],
         original = _original_side(record.get("original_us"), device_side)
         if original is not None:
             row["original_ms"] = (row["original_ms"] or 0.0) + original * count / 1e3
-        median = _number(((record.get("stats") or {}).get("forward") or {}).get("median"))
+        median = measured(((record.get("stats") or {}).get("forward") or {}).get("median"))
         if record.get("status") == "ok" and median is not None:
             row["isolated_ms"] = (row["isolated_ms"] or 0.0) + median * count
         else:
             row["failed"] += 1
         in_step = in_step_configs.get(key_of(op, record.get("id")))
-        if isinstance(in_step, dict) and _number(in_step.get("in_step_us")) is not None:
-            calls = in_step.get("calls")
-            if not isinstance(calls, int) or isinstance(calls, bool) or calls < 0:
+        if isinstance(in_step, dict) and measured(in_step.get("in_step_us")) is not None:
+            calls = _calls(in_step.get("calls"))
+            if calls is None:
                 calls = count
             row["in_step_ms"] = (row["in_step_ms"] or 0.0) + in_step["in_step_us"] * calls / 1e3
             for field, key in (("in_step_faults", "faults"), ("original_faults",
                                                               "original_faults")):
-                per_call = _number(in_step.get(key))
+                per_call = measured(in_step.get(key))
                 if per_call is None:  # one config without counts: the op's sum is unknown
                     partial.add((op, field))
                 else:
@@ -187,7 +198,7 @@ def build_ledger(records: Iterable[Dict[str, Any]],
         if not isinstance(item, dict):
             continue
         original = _original_side(item.get("original_us"), device_side)
-        missing.append({"op": str(item.get("op")), "calls": item.get("calls"),
+        missing.append({"op": str(item.get("op")), "calls": _calls(item.get("calls")),
                         "original_ms": original / 1e3 if original is not None else None})
     rows = list(ops.values())
     for item in missing:
@@ -217,29 +228,29 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
     stats = step.get("stats") if isinstance(step.get("stats"), dict) else {}
     recorded = original_info.get("total_us") if isinstance(original_info.get("total_us"),
                                                             dict) else {}
-    side = "device" if device_side and _number(recorded.get("device")) else "cpu"
-    whole = _number((original_info.get("total_us") or {}).get(side)) \
+    side = "device" if device_side and measured(recorded.get("device")) else "cpu"
+    whole = measured((original_info.get("total_us") or {}).get(side)) \
         if isinstance(original_info.get("total_us"), dict) else None
-    captured = _number((original_info.get("captured_us") or {}).get(side)) \
+    captured = measured((original_info.get("captured_us") or {}).get(side)) \
         if isinstance(original_info.get("captured_us"), dict) else None
     original_ms = whole / 1e3 if whole else total("original_ms")
     captured_ms = captured / 1e3 if captured is not None else \
         sum(r["original_ms"] or 0 for r in rows if r["configs"])
     return {
-        "in_step_ms": _number(stats.get("median")),
+        "in_step_ms": measured(stats.get("median")),
         "in_step_ops_ms": total("in_step_ms"),
         "in_step_faults": total("in_step_faults"),
         "original_faults": total("original_faults"),
         "isolated_ms": total("isolated_ms"),
         "original_ms": original_ms,
         "original_captured_ms": captured_ms if original_ms else None,
-        "real_step_ms": _number(step.get("real_step_us")) / 1e3
-        if _number(step.get("real_step_us")) else None,
-        "covered_fraction": captured_ms / original_ms if original_ms else None,
+        "real_step_ms": measured(step.get("real_step_us")) / 1e3
+        if measured(step.get("real_step_us")) else None,
+        "covered_fraction": _ratio(captured_ms, original_ms),
         "original_side": side,
-        "step_replay": {key: step.get(key) for key in ("calls", "replayed_calls", "iterations",
-                                                       "fed_inputs", "dataflow_mismatches",
-                                                       "failed_calls", "error")
+        "step_replay": {key: _calls(step[key]) if key != "error" else printable(step[key])[:500]
+                        for key in ("calls", "replayed_calls", "iterations", "fed_inputs",
+                                    "dataflow_mismatches", "failed_calls", "error")
                         if key in step} or None,
         "not_captured": missing,
         "ops": rows,
@@ -247,11 +258,15 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
 
 
 def _ms(value: Optional[float]) -> str:
-    return f"{value:.3f}" if value is not None else "-"
+    return "-" if value is None else f"{value:.3f}" if value < 1e9 else f"{value:.3g}"
 
 
 def _x(value: Optional[float]) -> str:
-    return f"{value:.2f}x" if value is not None else "-"
+    return "-" if value is None else f"{value:.2f}x" if value < 1e9 else f"{value:.3g}x"
+
+
+def _count(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.0f}" if value < 1e12 else f"{value:.3g}"
 
 
 def has_faults(ledger: Dict[str, Any]) -> bool:
@@ -261,8 +276,7 @@ def has_faults(ledger: Dict[str, Any]) -> bool:
 
 def faults_text(row: Dict[str, Any]) -> str:
     """``original/in-step`` page faults per step, ``-`` for an unknown side."""
-    return "/".join("-" if row.get(key) is None else f"{row[key]:.0f}"
-                    for key in ("original_faults", "in_step_faults"))
+    return "/".join(_count(row.get(key)) for key in ("original_faults", "in_step_faults"))
 
 
 def format_ledger(ledger: Dict[str, Any]) -> str:
@@ -279,11 +293,11 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
         lines.append(f"  {'covered by the capture':<36} {100 * ledger['covered_fraction']:>11.1f}%")
     if ledger["real_step_ms"] and ledger["in_step_ms"]:
         lines.append(f"  {'in-step / real step':<36} "
-                     f"{ledger['in_step_ms'] / ledger['real_step_ms']:>11.2f}x")
+                     f"{_x(_ratio(ledger['in_step_ms'], ledger['real_step_ms'])):>12}")
     touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
     if any(count is not None and count >= FAULT_PAGES for count in touched):
         lines.append(f"  {'first touches a step, orig / in-step':<36} "
-                     f"{'/'.join('-' if c is None else f'{c:.0f}' for c in touched):>12}")
+                     f"{'/'.join(_count(c) for c in touched):>12}")
         lines.append("  (fresh pages: how many a step takes depends on the host allocator's "
                      "settings, sys_info.allocator)")
     faults = has_faults(ledger)
@@ -292,7 +306,8 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
               + (f" {'faults orig/step':>17}" if faults else "") + "  reason")
     lines += ["", header, "-" * len(header)]
     for row in ledger["ops"]:
-        lines.append(f"{row['op'][:36]:<36} {row['calls']:>6} {_ms(row['original_ms']):>10} "
+        lines.append(f"{printable(row['op'][:36]):<36} {row['calls']:>6} "
+                     f"{_ms(row['original_ms']):>10} "
                      f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
                      f"{_x(row['in_step_over_original']):>9} "
                      f"{_x(row['isolated_over_original']):>9} "
@@ -304,7 +319,8 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
     if ledger["not_captured"]:
         lines.append("")
         lines.append("not captured: " + ", ".join(
-            f"{m['op']} x{m['calls']}" + (f" ({m['original_ms']:.3f} ms)"
+            f"{printable(m['op'][:60])} x{'?' if m['calls'] is None else m['calls']}"
+            + (f" ({_ms(m['original_ms'])} ms)"
                                          if m["original_ms"] else "")
             for m in ledger["not_captured"][:12])
             + (" ..." if len(ledger["not_captured"]) > 12 else ""))

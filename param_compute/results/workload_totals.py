@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from param_compute.plan.summary import config_label, cut
+from param_compute.results.ledger import measured
 from param_compute.results.fields import record_stats
 from param_compute.results.records import STATUS_OK, RunRecord
 
@@ -79,9 +79,8 @@ class WorkloadTotals:
         stats = record_stats(record)  # computed where the file has none (PARAM's)
         median = ((stats if isinstance(stats, dict) else {}).get(WORKLOAD_PASS) or {}).get(
             "median")
-        if record.get("status") != STATUS_OK or not isinstance(median, (int, float)) \
-                or not math.isfinite(median):
-            median = None  # failed, or no usable time
+        if record.get("status") != STATUS_OK or measured(median) is None:
+            median = None  # failed, or no usable time (negative, or past any step's)
         self._add(record["op_name"], record["id"], median, count, record.get("original_us"),
                   record.get("config"))
 
@@ -89,8 +88,8 @@ class WorkloadTotals:
              original_us: Optional[Dict[str, Any]] = None, config: Any = None) -> None:
         if isinstance(original_us, dict):
             op = self.by_op.setdefault(op_name, OpTotal(op_name))
-            op.original_cpu_ms += (original_us.get("cpu") or 0.0) * count / 1e3
-            op.original_device_ms += (original_us.get("device") or 0.0) * count / 1e3
+            op.original_cpu_ms += (measured(original_us.get("cpu")) or 0.0) * count / 1e3
+            op.original_device_ms += (measured(original_us.get("device")) or 0.0) * count / 1e3
             op.original_calls += count
         if median is None:
             self.failed_configs += 1
@@ -223,8 +222,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _median(record: RunRecord) -> Optional[float]:
-    for measured in record.passes:
-        if measured.name == WORKLOAD_PASS:
-            stats = measured.stats()  # of every sample, however many the record keeps
+    for one in record.passes:
+        if one.name == WORKLOAD_PASS:
+            stats = one.stats()  # of every sample, however many the record keeps
             return stats["median"] if stats else None
     return None
