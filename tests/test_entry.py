@@ -39,3 +39,32 @@ def test_every_python_m_entry_runs_its_main_through_the_pipe_guard():
     unguarded = [str(path.relative_to(REPO)) for path in entries
                  if "sys.exit(run(main))" not in path.read_text()]
     assert not unguarded, unguarded
+
+
+def test_a_reader_that_leaves_rich_output_ends_the_command_quietly_too():
+    """rich's ``Console`` meets the closed pipe first and exits 1 (``compare``'s status for a
+    failed regression gate): the reader gone, 141, as for a plain print."""
+    body = ("from param_compute.process.entry import run\nimport sys\n"
+            "from rich.console import Console\n"
+            "def main():\n    console = Console(width=80)\n"
+            "    for i in range(10**5):\n        console.print('line', i)\n    return 0\n"
+            "sys.exit(run(main))\n")
+    status, err, out = _piped_into_head(["-c", body])
+    assert out == "line 0\n"
+    assert status == 141 and err == "", err
+
+
+def test_compare_piped_into_head_ends_quietly(tmp_path):
+    """A real rich table past a pipe's buffer: ``compare A B | head`` is not a failed gate."""
+    import json
+
+    lines = [json.dumps({"run_options": {"device": "cpu"}, "sys_info": {}, "start_time": "x"})]
+    lines += [json.dumps({"op_name": "torch.neg", "id": f"0|0|{i}", "status": "ok",
+                          "config": {"input": {"args": [i]}},
+                          "metric": {"forward": {"measure.time": [1.0, 1.1, 0.9]}}})
+              for i in range(1000)]
+    (tmp_path / "a.json").write_text("\n".join(lines) + "\n")
+    status, err, out = _piped_into_head(["-m", "param_compute.compare", tmp_path / "a.json",
+                                         tmp_path / "a.json", "--max-rows", "100000",
+                                         "--resamples", "0"])
+    assert out.strip() and status == 141 and "Traceback" not in err, (status, err)
