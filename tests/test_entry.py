@@ -68,3 +68,23 @@ def test_compare_piped_into_head_ends_quietly(tmp_path):
                                          tmp_path / "a.json", "--max-rows", "100000",
                                          "--resamples", "0"])
     assert out.strip() and status == 141 and "Traceback" not in err, (status, err)
+
+
+def test_history_show_piped_into_head_ends_quietly(tmp_path):
+    """``history show | head``: the closed pipe was 'error: [Errno 32] Broken pipe', exit 2."""
+    import json
+
+    from conftest import run_cli
+
+    lines = [json.dumps({"run_options": {"device": "cpu"}, "sys_info": {}, "start_time": "x"})]
+    lines += [json.dumps({"op_name": "torch.neg", "id": f"0|0|{i}", "status": "ok",
+                          "config": {"input": {"args": [i]}},
+                          "metric": {"forward": {"measure.time": [1.0, 1.1, 0.9]}}})
+              for i in range(1500)]
+    (tmp_path / "a.json").write_text("\n".join(lines) + "\n")
+    db = tmp_path / "h.db"
+    added = run_cli("add", "--db", db, "--label", "L", tmp_path / "a.json",
+                    module="param_compute.cli.history")
+    assert added.returncode == 0, added.stderr
+    status, err, out = _piped_into_head(["-m", "param_compute.history", "show", "--db", db])
+    assert out.strip() and status == 141 and err == "", (status, err)

@@ -276,6 +276,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except BrokenPipeError:  # the reader of standard output left: process.entry's to say
+        raise
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

@@ -172,6 +172,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except driver_errors() as exc:
         print(f"error: {shown(args.db)}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of standard output left: process.entry's to say
+        raise
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
