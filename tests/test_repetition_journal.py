@@ -238,7 +238,8 @@ def test_a_journal_record_that_would_break_the_run_is_refused(tmp_path, line):
     records = [repeated.execute(run) for run in runs]
     assert [(r.op_name, r.id) for r in records] == [("torch.add", "0|0|0"), ("torch.add", "0|0|1")]
     assert len(_Counting.calls) == 3  # all but the restored measurement
-    for record in records:
+    for run, record in zip(runs, records):
+        assert record.config == run.config()  # the plan's, not the journal's ({"input": {}})
         record.to_json()
 
 

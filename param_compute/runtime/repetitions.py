@@ -126,8 +126,9 @@ class RepeatedExecutor:
             done = self.journal.done.get(repetition, {}) if self.journal is not None else {}
             todo = [run for run in order if run.key not in done]
             for run in order:  # measured by an earlier attempt, in the journal
-                if run.key in done:
-                    self.records.setdefault(run.key, []).append(done[run.key])
+                if run.key in done:  # under the plan's config, not the file's
+                    self.records.setdefault(run.key, []).append(
+                        dataclasses.replace(done[run.key], config=run.config()))
             if not todo:
                 self.repetition_drifts.append(self.journal.drifts.get(repetition))
                 continue
