@@ -206,8 +206,8 @@ def test_a_resumed_attempt_appends_after_the_last_whole_entry(tmp_path, caplog):
 def _journal_line(**change):
     record = dataclasses.asdict(RunRecord("torch.add", "0|0|0", {"input": {}},
                                           passes=[PassResult("forward", [1.0], [2.0])]))
-    record.update(change.pop("record", {}))
     record["passes"][0].update(change.pop("passed", {}))
+    record.update(change.pop("record", {}))
     return json.dumps({"repetition": 0, "run": "torch.add|0|0|0", "record": record, **change})
 
 
@@ -226,6 +226,8 @@ def _second(line):
     _journal_line(record={"target": {"metric": "tflops_per_s", "value": 1}}),
     _journal_line(record={"op_name": "torch.evil"}),  # another run's record under this key
     _journal_line(run="torch.add|0|0|1"),
+    _journal_line(record={"status": "planted"}),  # would fail the run as "planted"
+    _journal_line(record={"passes": []}),  # ok, but measured nothing
 ])
 def test_a_journal_record_that_would_break_the_run_is_refused(tmp_path, line):
     results = tmp_path / "r.json"

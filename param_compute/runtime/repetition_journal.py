@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from param_compute.plan.runkey import key_of
-from param_compute.results.records import PassResult, RunError, RunRecord
+from param_compute.results.records import (STATUS_ERROR, STATUS_OK, PassResult, RunError,
+                                            RunRecord)
 from param_compute.results.stats import summarize
 from param_compute.results.targets import TARGET_METRICS
 
@@ -120,7 +121,8 @@ def parse_record(fields: Any) -> Optional[RunRecord]:
             or not isinstance(fields.get("config"), dict):
         return None
     passes = [_pass(p) for p in fields.get("passes") or []]
-    if any(p is None for p in passes):
+    if any(p is None for p in passes) or fields["status"] not in (STATUS_OK, STATUS_ERROR) \
+            or (fields["status"] == STATUS_OK and not passes):  # measured: some pass
         return None
     error = fields.get("error")
     if error is not None:
