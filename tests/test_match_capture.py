@@ -172,5 +172,8 @@ def test_allocator_settings_are_shown_as_a_shell_takes_them_back():
     """The warning's advice is pasted into a shell: quoted where it must be, never run."""
     assert describe({"GLIBC_TUNABLES": TUNED}) == f"GLIBC_TUNABLES={TUNED}"
     assert describe({"MALLOC_CONF": "x; rm -rf ~"}) == "MALLOC_CONF='x; rm -rf ~'"
-    shown = describe({"MALLOC_CONF": "a\x1b[2J\nb"})  # this process's own environment
+    shown = describe({"MALLOC_CONF": "a\x1b[2J\nb"})
     assert shown.isprintable() and "\\x1b" in shown and "\\n" in shown, shown
+    # this process's own environment: recorded as escapes, a setting a spec can hold
+    kept = allocator_settings({"MALLOC_CONF": "a\tb\nc"})
+    assert kept == {"MALLOC_CONF": "a\\tb\\nc"} and capture_problems({"allocator": kept}) == []

@@ -21,6 +21,8 @@ import os
 import shlex
 from typing import Dict, Mapping, Optional
 
+from param_compute.formatting import printable
+
 #: Variables that change how the host allocator behaves (glibc's malloc, jemalloc, tcmalloc,
 #: mimalloc). ``LD_PRELOAD`` is kept only for the allocator libraries it names.
 ALLOCATOR_VARIABLES = ("GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST",
@@ -55,8 +57,8 @@ def allocator_settings(environ: Optional[Mapping[str, str]] = None) -> Dict[str,
         elif name == "GLIBC_TUNABLES":  # only the allocator's tunables
             value = ":".join(part for part in value.split(":")
                              if part.startswith("glibc.malloc."))
-        if value:
-            out[name] = value[:MAX_VALUE_CHARS]
+        if value:  # control characters as escapes: a spec holds printable settings only
+            out[name] = printable(value)[:MAX_VALUE_CHARS]
     return out
 
 
@@ -64,9 +66,7 @@ def _shown(value: str) -> str:
     """A value as a shell takes it back (quoted where it must be: the warning's advice is
     pasted into one), control characters as the escapes that name them (a terminal would act
     on them, a newline would forge a log line)."""
-    quoted = shlex.quote(str(value))
-    return quoted if quoted.isprintable() else "".join(
-        c if c.isprintable() else ascii(c)[1:-1] for c in quoted)
+    return printable(shlex.quote(str(value)))
 
 
 def describe(settings: Mapping[str, str]) -> str:
