@@ -182,7 +182,7 @@ def _hold_problems(holds: Any, where: Tuple[Any, ...], index: int,
                    count: int) -> List[Problem]:
     if not isinstance(holds, list) or len(holds) > MAX_EDGES_PER_CALL:
         return [Problem(where, f"must be a list of at most {MAX_EDGES_PER_CALL} entries")]
-    out = []
+    out, held = [], set()
     for j, hold in enumerate(holds):
         at = where + (j,)
         if not isinstance(hold, list) or len(hold) != 2:
@@ -191,6 +191,10 @@ def _hold_problems(holds: Any, where: Tuple[Any, ...], index: int,
         problem = _out_problem(hold[0])
         if problem:
             out.append(Problem(at, problem))
+        elif tuple(hold[0]) in held:  # two untils for one output: which one holds?
+            out.append(Problem(at, f"output {hold[0]} is held twice"))
+        else:
+            held.add(tuple(hold[0]))
         until = hold[1]
         if (until != -1 or type(until) is not int) and not (
                 _is_index(until, count) and until >= index):
