@@ -98,6 +98,8 @@ def _step(**changes):
      "output must be"),
     (_step(calls=[{"run": "a|0|0|0", "hold": [[[0], -1, 3]]}]), "calls[0].hold[0]",
      "list of 2 items"),
+    (_step(calls=[{"run": "a|0|0|0", "faults": 1e308}]), "calls[0].faults", "at most 1e15"),
+    (_step(real_step_us=1e16), "real_step_us", "at most 1e15"),
     (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "hold": [[[0, 1], -1], [[0, 1], 1]]}]),
      "calls[1].hold[1]", "output [0, 1] is held twice"),
     ([1, 2], "(top level)", "JSON object"),

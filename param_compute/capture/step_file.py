@@ -49,6 +49,8 @@ MAX_CALLS = 5_000_000
 MAX_EDGES_PER_CALL = 4096
 MAX_INDEX = 2**31
 MAX_NAME_CHARS = 128
+#: The largest time (us) or page count a call or step may hold (31 years; 4 EB of pages).
+MAX_NUMBER = 1e15
 
 PathItem = Union[int, str]
 
@@ -142,8 +144,9 @@ def _out_problem(value: Any) -> Optional[str]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 \
-        and value == value and value != float("inf")
+    """A time (us) or page count: finite, >= 0, at most ``MAX_NUMBER`` (sums stay finite)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0 <= value <= MAX_NUMBER
 
 
 def validate_step(data: Any) -> List[Problem]:
@@ -162,7 +165,7 @@ def validate_step(data: Any) -> List[Problem]:
         externals = 0
     for key in ("real_step_us",):
         if key in data and data[key] is not None and not _number(data[key]):
-            problems.append(Problem((key,), "must be a finite number >= 0"))
+            problems.append(Problem((key,), "must be a finite number >= 0 (at most 1e15)"))
     if "original" in data and not isinstance(data["original"], dict):
         problems.append(Problem(("original",), "must be an object"))
     calls = data.get("calls")
@@ -213,7 +216,7 @@ def _call_problems(call: Any, index: int, externals: int, count: int) -> List[Pr
         out.append(Problem(where + ("run",), "must be a run key OP|CONFIG|BUILD|INPUT"))
     for key in ("original_us", "faults"):
         if key in call and not _number(call[key]):
-            out.append(Problem(where + (key,), "must be a finite number >= 0"))
+            out.append(Problem(where + (key,), "must be a finite number >= 0 (at most 1e15)"))
     if "hold" in call:
         out.extend(_hold_problems(call["hold"], where + ("hold",), index, count))
     for field in ("in", "ext"):
