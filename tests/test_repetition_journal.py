@@ -319,3 +319,21 @@ def test_discarded_results_keep_no_journal(monkeypatch):
                      "--repetitions", "2", "-i", "2", "--no-throughput", "--output", os.devnull)
     assert result.returncode == 0, result.stderr
     assert made == [] and not os.path.lexists(os.devnull + SUFFIX)
+
+
+def test_a_fresh_run_stopped_before_measuring_keeps_an_earlier_runs_journal(tmp_path, caplog):
+    """Without --resume the earlier journal is replaced once this run measures (said at the
+    start); a run stopped before that leaves it for a --resume."""
+    results = tmp_path / "r.json"
+    earlier = _journal_line() + "\n"
+    journal_path(results).write_text(earlier)
+    with caplog.at_level(logging.WARNING, logger="param_compute"):
+        journal = RepetitionJournal(results, resume=False)
+    assert any("an earlier run's measurements" in r.getMessage()
+               and str(journal_path(results)) in r.getMessage() for r in caplog.records)
+    journal.close(remove=True)  # nothing measured: Ctrl-C before the first record
+    assert journal_path(results).read_text() == earlier
+    journal = RepetitionJournal(results, resume=False)
+    journal.measured(0, "torch.add|0|0|0", RunRecord("torch.add", "0|0|0", {}))
+    journal.close(remove=True)  # this run's journal, every record written: it goes
+    assert not journal_path(results).exists()

@@ -13,7 +13,8 @@ the canary's drift around it:
 
 ``run_benchmark --resume`` reads it and measures only the (repetition, run) pairs it lacks.
 The journal goes when every record measured has been handed to the writers (a finished run,
-or one that Ctrl-C ended: those write what they measured). It is untrusted input on resume:
+or one that Ctrl-C ended: those write what they measured); a run without ``--resume`` replaces
+an earlier run's journal only once it measures (said at its start). It is untrusted input on resume:
 bounded, a regular file; the first line that is not a whole, well-formed entry ends the
 reading (a line cut by the kill, or worse), said once, and what follows is measured again;
 the resumed attempt appends after the last whole entry (the rest is cut off first). A record
@@ -159,8 +160,13 @@ class RepetitionJournal:
         #: bytes of whole entries read back: a resumed attempt appends after them, never
         #: after a cut or damaged line (what it appended would never be read back)
         self._kept = 0
+        self._own = resume  # a file this attempt read or wrote is its own to remove
         if resume:
             self._load()
+        elif os.path.isfile(self.path) and not os.path.islink(self.path) \
+                and os.path.getsize(self.path) > 0:
+            log.warning("%s: an earlier run's measurements, replaced once this run measures "
+                        "(--resume continues that run)", self.path)
 
     # -- reading ----------------------------------------------------------------------------
     def _load(self) -> None:
@@ -242,6 +248,7 @@ class RepetitionJournal:
                 self._fd = -1
                 log.warning("%s is not a regular file: not kept", self.path)
                 return
+            self._own = True
             if os.fstat(self._fd).st_size > self._kept:  # a cut or damaged tail: dropped
                 os.ftruncate(self._fd, self._kept)
         if self._fd < 0:
@@ -266,10 +273,10 @@ class RepetitionJournal:
         """Stop writing; ``remove``: every record measured reached the writers."""
         if self._fd is not None and self._fd >= 0:
             os.close(self._fd)
-        self._fd = None
-        if remove:
+        if remove and self._own:  # never another run's journal, nor one it could not open
             try:
                 if self.path.is_file() and not self.path.is_symlink():
                     self.path.unlink()
             except OSError:
                 pass
+        self._fd = None
