@@ -93,7 +93,7 @@ def test_differences_compare_device_kinds_and_threads():
 
 
 # -- the host allocator's settings ---------------------------------------------------------------
-TUNED = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=33554432"
+TUNED = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
 
 
 def test_allocator_settings_keep_what_changes_the_allocator_only():
@@ -102,6 +102,9 @@ def test_allocator_settings_keep_what_changes_the_allocator_only():
     assert allocator_settings(environ) == {"GLIBC_TUNABLES": TUNED, "MALLOC_ARENA_MAX": "2",
                                            "LD_PRELOAD": "libjemalloc.so.2"}
     assert allocator_settings({"LD_PRELOAD": "/usr/lib/libfoo.so"}) == {}
+    swapped = ":".join(reversed(TUNED.split(":")))  # the same tunables in another order
+    assert allocator_settings({"GLIBC_TUNABLES": swapped}) == \
+        allocator_settings({"GLIBC_TUNABLES": TUNED})
     assert allocator_settings({}) == {} and describe({}) == "glibc's defaults"
     assert describe({"MALLOC_ARENA_MAX": "2"}) == "MALLOC_ARENA_MAX=2"
 

@@ -54,9 +54,9 @@ def allocator_settings(environ: Optional[Mapping[str, str]] = None) -> Dict[str,
             continue
         if name == "LD_PRELOAD":
             value = _preloaded(value)
-        elif name == "GLIBC_TUNABLES":  # only the allocator's tunables
-            value = ":".join(part for part in value.split(":")
-                             if part.startswith("glibc.malloc."))
+        elif name == "GLIBC_TUNABLES":  # only the allocator's tunables, in one order
+            value = ":".join(sorted(part for part in value.split(":")
+                                    if part.startswith("glibc.malloc.")))
         if value:  # control characters as escapes: a spec holds printable settings only
             out[name] = printable(value)[:MAX_VALUE_CHARS]
     return out
