@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -54,16 +55,20 @@ def test_a_reader_that_leaves_rich_output_ends_the_command_quietly_too():
     assert status == 141 and err == "", err
 
 
-def test_compare_piped_into_head_ends_quietly(tmp_path):
-    """A real rich table past a pipe's buffer: ``compare A B | head`` is not a failed gate."""
-    import json
-
+def _results_file(path, runs: int):
+    """A results file of ``runs`` measured runs of ``torch.neg``."""
     lines = [json.dumps({"run_options": {"device": "cpu"}, "sys_info": {}, "start_time": "x"})]
     lines += [json.dumps({"op_name": "torch.neg", "id": f"0|0|{i}", "status": "ok",
                           "config": {"input": {"args": [i]}},
                           "metric": {"forward": {"measure.time": [1.0, 1.1, 0.9]}}})
-              for i in range(1000)]
-    (tmp_path / "a.json").write_text("\n".join(lines) + "\n")
+              for i in range(runs)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_compare_piped_into_head_ends_quietly(tmp_path):
+    """A real rich table past a pipe's buffer: ``compare A B | head`` is not a failed gate."""
+    _results_file(tmp_path / "a.json", 1000)
     status, err, out = _piped_into_head(["-m", "param_compute.compare", tmp_path / "a.json",
                                          tmp_path / "a.json", "--max-rows", "100000",
                                          "--resamples", "0"])
@@ -72,16 +77,9 @@ def test_compare_piped_into_head_ends_quietly(tmp_path):
 
 def test_history_show_piped_into_head_ends_quietly(tmp_path):
     """``history show | head``: the closed pipe was 'error: [Errno 32] Broken pipe', exit 2."""
-    import json
-
     from conftest import run_cli
 
-    lines = [json.dumps({"run_options": {"device": "cpu"}, "sys_info": {}, "start_time": "x"})]
-    lines += [json.dumps({"op_name": "torch.neg", "id": f"0|0|{i}", "status": "ok",
-                          "config": {"input": {"args": [i]}},
-                          "metric": {"forward": {"measure.time": [1.0, 1.1, 0.9]}}})
-              for i in range(1500)]
-    (tmp_path / "a.json").write_text("\n".join(lines) + "\n")
+    _results_file(tmp_path / "a.json", 1500)
     db = tmp_path / "h.db"
     added = run_cli("add", "--db", db, "--label", "L", tmp_path / "a.json",
                     module="param_compute.cli.history")
