@@ -225,7 +225,7 @@ def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
     run = _child(["param_compute.run_benchmark", "-c", str(spec), "--replay-step",
                   "--num-threads", "1", "-w", str(options.warmup), "-i", str(options.iters),
                   "-d", options.device, "--output", str(results), "--no-progress",
-                  "--no-throughput", "--max-memory", "none"])
+                  "--no-throughput", "--max-memory", "none", "--host-gaps", options.host_gaps])
     if run.returncode not in (0, 1) or not results.exists():
         raise SystemExit(f"run_benchmark failed ({run.returncode}):\n{run.stderr[-3000:]}")
     totals = _child(["param_compute.workload_totals", "--json", str(results)])
@@ -401,6 +401,9 @@ def main() -> int:
     parser.add_argument("--batch-scale", type=int, default=1,
                         help="multiply each model's batch (on a GPU the default batches give "
                              "launch-bound steps of 5-11 ms)")
+    parser.add_argument("--host-gaps", choices=("auto", "on", "off"), default="auto",
+                        help="the replay's --host-gaps: keep the original's launch schedule "
+                             "(auto: on a device only)")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")

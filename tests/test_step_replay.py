@@ -104,6 +104,14 @@ def _step(**changes):
     (_step(real_step_us=1e16), "real_step_us", "at most 1e15"),
     (_step(calls=[{"run": "a|0|0|0"}, {"run": "a|0|0|0", "hold": [[[0, 1], -1], [[0, 1], 1]]}]),
      "calls[1].hold[1]", "output [0, 1] is held twice"),
+    (_step(calls=[{"run": "a|0|0|0", "gap_us": 3}]), "real_host_us",
+     "required with gap_us"),  # gaps with no host step to fit them to
+    (_step(tail_gap_us=3), "real_host_us", "required with gap_us"),
+    (_step(real_host_us=7e8), "real_host_us", "from 0 to 600000000"),  # a 12-minute wait
+    (_step(real_host_us=-1), "real_host_us", "from 0 to"),
+    (_step(real_host_us=10, tail_gap_us=-2), "tail_gap_us", "finite number"),
+    (_step(real_host_us=10, calls=[{"run": "a|0|0|0", "gap_us": "long"}]), "calls[0].gap_us",
+     "finite number"),
     ([1, 2], "(top level)", "JSON object"),
 ])
 def test_hostile_step_files_are_refused_naming_file_and_entry(tmp_path, data, where, words):

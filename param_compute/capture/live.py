@@ -61,15 +61,21 @@ class LiveCapture(TorchDispatchMode):
     def __init__(self, skip_views: bool = False, source: str = "live capture",
                  allow_namespaces: Sequence[str] = (),
                  originals: Optional[Mapping[str, List[float]]] = None,
-                 original_faults: Optional[Mapping[str, List[float]]] = None):
+                 original_faults: Optional[Mapping[str, List[float]]] = None,
+                 original_gaps: Optional[Mapping[str, List[Any]]] = None):
         """``originals``: op (``str(func)``) -> the µs each of its calls took in place, in
         order (``live_timing``): the k-th captured call of an op gets the k-th time;
-        ``original_faults`` likewise its minor page faults (the step file keeps them)."""
+        ``original_faults`` likewise its minor page faults and ``original_gaps`` its (host gap
+        before it, host µs) (``live_timing.host_gaps``; the step file keeps both: a call not
+        captured adds its gap and its host time to the next captured call's gap)."""
         super().__init__()
         self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
         self.workload.step = StepRecorder()
         self.originals = originals
         self.original_faults = original_faults
+        self.original_gaps = original_gaps
+        #: Host gap (µs) owed to the next captured call: the calls not captured since.
+        self.pending_gap = 0.0
         self._seen: Counter = Counter()
         self._watched: Dict[Any, weakref.finalize] = {}
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
@@ -77,8 +83,14 @@ class LiveCapture(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        original, faults = self._original(func)
+        original, faults, gap = self._original(func)
         config = self._record(func, args, kwargs, original)
+        gap_us = None
+        if gap is not None:
+            if config is None:  # its host time is the next captured call's gap
+                self.pending_gap += gap[0] + gap[1]
+            else:
+                gap_us, self.pending_gap = self.pending_gap + gap[0], 0.0
         try:
             inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
         except Exception:  # the dataflow is a record, never a reason to fail the model
@@ -89,7 +101,7 @@ class LiveCapture(TorchDispatchMode):
         except Exception:
             outputs = []
         self.workload.step.call(config, inputs, outputs,
-                                original[0] if original is not None else None, faults)
+                                original[0] if original is not None else None, faults, gap_us)
         if config is not None:
             try:
                 self._watch(out)
@@ -126,16 +138,21 @@ class LiveCapture(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def _original(self, func):
-        """(the call's (CPU µs, None) in place, its page faults there); None where unknown."""
+        """(the call's (CPU µs, None) in place, its page faults there, (its host gap, host
+        µs) in the step); None where unknown."""
         if self.originals is None:
-            return None, None
+            return None, None, None
         name = str(func)
         index = self._seen[name]
         self._seen[name] += 1
-        times = self.originals.get(name)
-        counts = (self.original_faults or {}).get(name)
-        return ((times[index], None) if times is not None and index < len(times) else None,
-                counts[index] if counts is not None and index < len(counts) else None)
+
+        def kth(table):
+            values = (table or {}).get(name)
+            return values[index] if values is not None and index < len(values) else None
+
+        time = kth(self.originals)
+        return ((time, None) if time is not None else None, kth(self.original_faults),
+                kth(self.original_gaps))
 
     def _record(self, func, args, kwargs: Dict[str, Any], original=None):
         """Capture one call; the config it went into (None: not captured)."""
@@ -175,10 +192,12 @@ class LiveCapture(TorchDispatchMode):
 def capture_ops(skip_views: bool = False, source: Optional[str] = None,
                 allow_namespaces: Sequence[str] = (),
                 originals: Optional[Mapping[str, List[float]]] = None,
-                original_faults: Optional[Mapping[str, List[float]]] = None) -> LiveCapture:
+                original_faults: Optional[Mapping[str, List[float]]] = None,
+                original_gaps: Optional[Mapping[str, List[Any]]] = None) -> LiveCapture:
     """A context manager capturing the aten calls made inside it (forward and backward), and
     those of ``allow_namespaces`` (``fbgemm``...); ``originals``: each op's in-place times
     (``live_timing.time_ops_in_place``), written as the configs' ``original_us``, and
-    ``original_faults`` their page faults, written to the step file."""
+    ``original_faults`` their page faults and ``original_gaps`` the host time before them,
+    written to the step file."""
     return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals,
-                       original_faults)
+                       original_faults, original_gaps)

@@ -12,6 +12,15 @@ read outside the timed region): a call whose output is fresh memory touches it f
 faults once per page, which costs as much as the work of a small op. Where the allocator
 hands a call recycled memory in one process and fresh pages in another, the two times differ
 for that reason alone; the counts let the fidelity ledger say so with numbers.
+
+The timer also notes when each call started and ended on the host (``timeline``). On a device
+the host's own work between calls (the model's Python, the autograd engine) decides when
+kernels are queued: a step whose host falls behind leaves the device idle, and a replay that
+launches back to back hides that. How long that work took cannot be read under a Python
+timer (its own cost between two calls, several µs, is as large as the work and varies with
+the cache), but where it lay can: ``host_gaps`` gives each call the host time before it less
+the smallest such gap of the step (the timer's cost where the original spent nothing), a
+shape the step replay scales to the original's unprofiled host time (``step_replay``).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import gc
 import statistics
 import time
 from collections import defaultdict
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,6 +47,8 @@ class CallTimer(TorchDispatchMode):
         super().__init__()
         self.calls: List[Any] = []
         self.faults: List[int] = []  # minor page faults of each call, in order
+        #: host clock (ns) as each call started and returned, in order
+        self.spans: List[Any] = []
         self.events = events
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -52,7 +63,9 @@ class CallTimer(TorchDispatchMode):
                 enable_timing=True)
             faults = minor_faults()
             start.record()
+            began = time.perf_counter_ns()
             out = call(*args, **kwargs)
+            self.spans.append((began, time.perf_counter_ns()))
             end.record()
             self.faults.append(minor_faults() - faults)
             self.calls.append((func, (start, end)))
@@ -64,6 +77,7 @@ class CallTimer(TorchDispatchMode):
         elapsed = clock() - start
         self.faults.append(minor_faults() - faults)
         self.calls.append((func, elapsed))
+        self.spans.append((start, start + elapsed))
         return out
 
     def resolve(self) -> List[Any]:
@@ -76,9 +90,11 @@ class CallTimer(TorchDispatchMode):
         return [(func, pair[0].elapsed_time(pair[1]) * 1e6) for func, pair in self.calls]
 
 
-def time_step(function: Callable[[], object], repeats: int) -> List[float]:
+def time_step(function: Callable[[], object], repeats: int,
+              host: Optional[List[float]] = None) -> List[float]:
     """The step's wall time in µs, ``repeats`` times, unprofiled (the collector paused, as
-    the replay pauses it; on CUDA, synchronized before and after)."""
+    the replay pauses it; on CUDA, synchronized before and after). ``host``, when given, gets
+    each step's host time (to the function's return, before the final synchronize)."""
     import torch
 
     sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() \
@@ -92,8 +108,11 @@ def time_step(function: Callable[[], object], repeats: int) -> List[float]:
             sync()
             start = time.perf_counter_ns()
             function()
+            returned = time.perf_counter_ns()
             sync()
             out.append((time.perf_counter_ns() - start) / 1e3)
+            if host is not None:
+                host.append((returned - start) / 1e3)
     finally:
         if enabled:
             gc.enable()
@@ -102,10 +121,14 @@ def time_step(function: Callable[[], object], repeats: int) -> List[float]:
 
 def time_ops_in_place(function: Callable[[], object], steps: int = 1,
                       passes: int = 3,
-                      faults: Optional[Dict[str, List[float]]] = None) -> Dict[str, List[float]]:
+                      faults: Optional[Dict[str, List[float]]] = None,
+                      timeline: Optional[Dict[str, Any]] = None) -> Dict[str, List[float]]:
     """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order: per
     call, the median over ``passes`` timed passes (one preempted call is not the op's time).
-    ``faults``, when given, is filled the same way with each call's minor page faults.
+    ``faults``, when given, is filled the same way with each call's minor page faults;
+    ``timeline`` with ``calls``: (op, host µs before the call since the previous call
+    returned (the step's start for the first), host µs of the call) in call order, and
+    ``tail_us``: the host µs after the last call (medians over passes; see ``host_gaps``).
 
     One pass runs under the timer first, untimed: the first call of each op under a dispatch
     mode pays one-time set-up (milliseconds) that the step never pays. A step on CUDA is timed
@@ -115,6 +138,8 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
     events = torch.cuda.is_available() and torch.cuda.is_initialized()
     runs: List[Dict[str, List[float]]] = []
     fault_runs: List[Dict[str, List[float]]] = []
+    sequences: List[List[Any]] = []  # per pass: (op, gap before, host µs) of each call
+    tails: List[float] = []
     enabled = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -122,22 +147,59 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
         for index in range(max(1, passes) + 1):
             times: Dict[str, List[float]] = defaultdict(list)
             counts: Dict[str, List[float]] = defaultdict(list)
+            timers = []
+            previous = time.perf_counter_ns()  # steps follow each other: one timeline
             for _ in range(steps):
                 timer = CallTimer(events)
                 with timer:
                     function()
-                for (func, elapsed), count in zip(timer.resolve(), timer.faults):
-                    times[str(func)].append(elapsed / 1e3)
+                timers.append(timer)
+            finished = time.perf_counter_ns()  # host only: nothing resolved yet
+            sequence = []
+            for timer in timers:
+                for (func, took), count, (start, end) in zip(timer.resolve(), timer.faults,
+                                                             timer.spans):
+                    times[str(func)].append(took / 1e3)
                     counts[str(func)].append(count)
+                    sequence.append((str(func), (start - previous) / 1e3, (end - start) / 1e3))
+                    previous = end
             if index:
                 runs.append(times)
                 fault_runs.append(counts)
+                sequences.append(sequence)
+                tails.append((finished - previous) / 1e3)
     finally:
         if enabled:
             gc.enable()
     if faults is not None:
         faults.update(_per_call_medians(fault_runs))
+    if timeline is not None:
+        timeline["calls"] = _sequence_medians(sequences)
+        timeline["tail_us"] = statistics.median(tails)
     return _per_call_medians(runs)
+
+
+def _sequence_medians(sequences: List[List[Any]]) -> List[Any]:
+    """(op, gap, host µs) per call: medians over the passes that ran the same calls as the
+    first (all of them, normally; the first alone where none other did)."""
+    names = [name for name, _, _ in sequences[0]]
+    same = [s for s in sequences if [name for name, _, _ in s] == names]
+    return [(name, statistics.median(s[k][1] for s in same),
+             statistics.median(s[k][2] for s in same)) for k, name in enumerate(names)]
+
+
+def host_gaps(timeline: Dict[str, Any]) -> Tuple[Dict[str, List[Any]], float]:
+    """(op -> (gap µs, host µs) of each of its calls in order, the gap after the last call):
+    each gap less the step's smallest (the timer's own cost, where the original went straight
+    from one call to the next). Only the shape is trusted: the replay scales it."""
+    calls = timeline.get("calls") or []
+    if not calls:
+        return {}, 0.0
+    floor = min(gap for _, gap, _ in calls)
+    out: Dict[str, List[Any]] = defaultdict(list)
+    for name, gap, host in calls:
+        out[name].append((round(max(0.0, gap - floor), 3), round(host, 3)))
+    return dict(out), round(max(0.0, timeline["tail_us"] - floor), 3)
 
 
 def _per_call_medians(runs: List[Dict[str, List[float]]]) -> Dict[str, List[float]]:

@@ -38,15 +38,20 @@ class StepRecorder:
         self._external: Dict[Hashable, int] = {}
         self.externals = 0
         self.real_step_us: Optional[float] = None
+        #: The unprofiled step's host time (to the step function's return) and the host
+        #: gap after its last captured call (with the calls' ``gap_us``: a live capture's).
+        self.real_host_us: Optional[float] = None
+        self.tail_gap_us = 0.0
         #: (call, output path) -> the call after which it was released; absent: not seen
         #: released (a trace), ``OUTLIVES``: still alive when the capture ended.
         self.releases: Dict[Tuple[int, Tuple[int, ...]], int] = {}
 
     def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
              outputs: Sequence[TensorSlot], original_us: Optional[float] = None,
-             faults: Optional[float] = None) -> None:
+             faults: Optional[float] = None, gap_us: Optional[float] = None) -> None:
         """One call of the step, in order; ``config`` is None for a call not captured;
-        ``original_us`` and ``faults``: its time and minor page faults in the original."""
+        ``original_us`` and ``faults``: its time and minor page faults in the original,
+        ``gap_us`` the host time before it that no captured call took (its shape)."""
         if config is None:
             for _, exact, layout in outputs:
                 self._produced.pop(exact, None)
@@ -76,6 +81,8 @@ class StepRecorder:
             entry["original_us"] = round(float(original_us), 3)
         if faults is not None:
             entry["faults"] = round(float(faults), 1)
+        if gap_us is not None:
+            entry["gap_us"] = round(float(gap_us), 3)
         self.calls.append(entry)
 
     def outlives(self, index: int, path: Sequence[int]) -> None:
@@ -111,7 +118,7 @@ class StepRecorder:
                 call["in"] = entry["in"]
             if entry["ext"]:
                 call["ext"] = entry["ext"]
-            for key in ("original_us", "faults"):
+            for key in ("original_us", "faults", "gap_us"):
                 if key in entry:
                     call[key] = entry[key]
             calls.append(call)
@@ -119,6 +126,9 @@ class StepRecorder:
                                 "externals": self.externals, "calls": calls}
         if self.real_step_us is not None:
             body["real_step_us"] = round(self.real_step_us, 1)
+        if self.real_host_us is not None and any("gap_us" in c for c in calls):
+            body["real_host_us"] = round(self.real_host_us, 1)
+            body["tail_gap_us"] = round(self.tail_gap_us, 3)
         if original:
             body["original"] = original
         return body

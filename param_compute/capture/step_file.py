@@ -14,9 +14,13 @@ Format (``version`` 1)::
                 "ext": [[PATH, X], ...],          # external tensor X (0 <= X < E), shared
                 "original_us": 12.5,              # optional: the call's time in the original
                 "faults": 1568,                   # optional: its minor page faults there
+                "gap_us": 14.2,                   # optional: the original's host time
+                                                  # before it outside captured calls (a shape)
                 "hold": [[OUT, UNTIL], ...]}, ...],  # optional: outputs kept past their last
                                                   # reader: until call UNTIL, -1: the step's end
      "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
+     "real_host_us": 1100.0,              # its host time (required with gap_us)
+     "tail_gap_us": 35.0,                 # optional: host time after the last call (shape)
      "original": {...}}                   # optional: the original's totals (capture report)
 
 ``PATH`` names a tensor among a call's arguments: ``[i]`` (positional ``i``), ``[i, j]`` (item
@@ -51,6 +55,8 @@ MAX_INDEX = 2**31
 MAX_NAME_CHARS = 128
 #: The largest time (us) or page count a call or step may hold (31 years; 4 EB of pages).
 MAX_NUMBER = 1e15
+#: The longest host step a launch schedule may ask a replay to keep to (10 minutes).
+MAX_HOST_STEP_US = 6e8
 
 PathItem = Union[int, str]
 
@@ -163,7 +169,7 @@ def validate_step(data: Any) -> List[Problem]:
     if not _is_index(externals, MAX_INDEX):
         problems.append(Problem(("externals",), "must be an integer >= 0"))
         externals = 0
-    for key in ("real_step_us",):
+    for key in ("real_step_us",):  # (real_host_us: _schedule_problems)
         if key in data and data[key] is not None and not _number(data[key]):
             problems.append(Problem((key,), "must be a finite number >= 0 (at most 1e15)"))
     if "original" in data and not isinstance(data["original"], dict):
@@ -178,7 +184,24 @@ def validate_step(data: Any) -> List[Problem]:
         problems.extend(_call_problems(call, index, externals, len(calls)))
         if len(problems) > 100:
             break
-    return problems
+    return problems + _schedule_problems(data, calls)
+
+
+def _schedule_problems(data: Dict[str, Any], calls: List[Any]) -> List[Problem]:
+    """The host gaps: ``real_host_us``, which a replay keeping them stretches its host step
+    to, is required with them and bounded (a file must not make a replay wait for hours)."""
+    out = []
+    end = data.get("real_host_us")
+    if "tail_gap_us" in data and not _number(data["tail_gap_us"]):
+        out.append(Problem(("tail_gap_us",), "must be a finite number >= 0 (at most 1e15)"))
+    if end is None:
+        if "tail_gap_us" in data or any(isinstance(c, dict) and "gap_us" in c for c in calls):
+            out.append(Problem(("real_host_us",), "is required with gap_us and tail_gap_us "
+                               "(the host step they lie in)"))
+    elif not _number(end) or end > MAX_HOST_STEP_US:
+        out.append(Problem(("real_host_us",), f"must be a number from 0 to "
+                           f"{MAX_HOST_STEP_US:.0f} (µs: 10 minutes)"))
+    return out
 
 
 def _hold_problems(holds: Any, where: Tuple[Any, ...], index: int,
@@ -214,7 +237,7 @@ def _call_problems(call: Any, index: int, externals: int, count: int) -> List[Pr
     run = call.get("run")
     if not isinstance(run, str) or run.count("|") != 3 or len(run) > 1024:
         out.append(Problem(where + ("run",), "must be a run key OP|CONFIG|BUILD|INPUT"))
-    for key in ("original_us", "faults"):
+    for key in ("original_us", "faults", "gap_us"):
         if key in call and not _number(call[key]):
             out.append(Problem(where + (key,), "must be a finite number >= 0 (at most 1e15)"))
     if "hold" in call:

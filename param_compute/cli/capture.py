@@ -132,15 +132,19 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
     """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
     (``capture.live_timing``), then capture ``steps`` steps with those times as originals."""
     from param_compute.capture.live import capture_ops
-    from param_compute.capture.live_timing import median, time_ops_in_place, time_step
+    from param_compute.capture.live_timing import (host_gaps, median, time_ops_in_place,
+                                                   time_step)
 
     for _ in range(warmup):
         function()
-    real = time_step(function, max(1, repeats))
+    host: list = []
+    real = time_step(function, max(1, repeats), host=host)
     faults: dict = {}
-    in_place = time_ops_in_place(function, steps, faults=faults)
+    timeline: dict = {}
+    in_place = time_ops_in_place(function, steps, faults=faults, timeline=timeline)
+    gaps, tail = host_gaps(timeline)
     with capture_ops(skip_views=skip_views, source=source, allow_namespaces=allow_namespaces,
-                     originals=in_place, original_faults=faults) as cap:
+                     originals=in_place, original_faults=faults, original_gaps=gaps) as cap:
         for _ in range(steps):
             function()
     workload = cap.workload
@@ -152,6 +156,8 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                        "real_step_us": round(median(real) * steps, 1),
                        "real_step_repeats_us": [round(t, 1) for t in real]}
     workload.step.real_step_us = median(real) * steps
+    workload.step.real_host_us = median(host) * steps
+    workload.step.tail_gap_us = cap.pending_gap + tail
     return workload
 
 

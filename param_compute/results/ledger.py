@@ -236,8 +236,11 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
     original_ms = whole / 1e3 if whole else total("original_ms")
     captured_ms = captured / 1e3 if captured is not None else \
         sum(r["original_ms"] or 0 for r in rows if r["configs"])
+    gaps = step.get("host_gaps") if isinstance(step.get("host_gaps"), dict) else {}
+    added = measured(gaps.get("added_us")) if gaps.get("kept") is True else None
     return {
         "in_step_ms": measured(stats.get("median")),
+        "host_gaps_ms": added / 1e3 if added is not None else None,
         "in_step_ops_ms": total("in_step_ms"),
         "in_step_faults": total("in_step_faults"),
         "original_faults": total("original_faults"),
@@ -284,10 +287,13 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
     lines = ["fidelity ledger (ms per step):"]
     for label, key in (("real step (unprofiled)", "real_step_ms"),
                        ("in-step replay", "in_step_ms"),
+                       ("  of it, host gaps kept (--host-gaps)", "host_gaps_ms"),
                        ("in-step replay, sum of ops", "in_step_ops_ms"),
                        ("isolated replay, Σ median × count", "isolated_ms"),
                        (f"original op time ({ledger['original_side']})", "original_ms"),
                        ("original op time captured", "original_captured_ms")):
+        if key == "host_gaps_ms" and ledger.get(key) is None:
+            continue
         lines.append(f"  {label:<36} {_ms(ledger[key]):>12}")
     if ledger["covered_fraction"] is not None:
         lines.append(f"  {'covered by the capture':<36} {100 * ledger['covered_fraction']:>11.1f}%")
@@ -337,9 +343,11 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
         f"<tr><td>{escape(label)}</td><td class=\"num\">{_ms(ledger[key])}</td></tr>"
         for label, key in (("real step (unprofiled)", "real_step_ms"),
                            ("in-step replay", "in_step_ms"),
+                           ("of it, host gaps kept (--host-gaps)", "host_gaps_ms"),
                            ("isolated replay, Σ median × count", "isolated_ms"),
                            ("original op time", "original_ms"),
-                           ("original op time captured", "original_captured_ms")))
+                           ("original op time captured", "original_captured_ms"))
+        if key != "host_gaps_ms" or ledger.get(key) is not None)
     faults = has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
             "isolated / original", "isolated / in-step") \

@@ -226,6 +226,15 @@ class RunOptions:
              "in-step time go into a step_replay line")
     step_file: Optional[str] = flag("--step", default=None, type=str, metavar="FILE",
                                     help="the step file for --replay-step (implies it)")
+    #: Keep the captured launch schedule in the step replay's step-timed passes ("on"), or
+    #: replay back to back ("off"); "auto": on a device only (``runtime.step_replay``).
+    host_gaps: str = flag(
+        "--host-gaps", default="auto", choices=["auto", "on", "off"],
+        help="--replay-step: keep the original's host time between calls (each call starts "
+             "no earlier than it did in the captured step, the step ends no earlier than its "
+             "host time): on a device, launches then come when the original's host issued "
+             "them. auto (default): on for a device, off on the host, where that time is the "
+             "framework's own work and not the ops' (the ledger shows it)")
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
@@ -284,6 +293,8 @@ class RunOptions:
                                f"{self.max_memory!r}")
         if self.cuda_graph and self.backward:
             raise OptionsError("--cuda-graph replays the forward pass only; drop -b/--backward")
+        if self.host_gaps not in ("auto", "on", "off"):
+            raise OptionsError(f"--host-gaps must be auto, on or off, got {self.host_gaps!r}")
         if self.cold not in (None, "rotate", "flush", "both"):
             raise OptionsError(f"--cold must be rotate, flush or both, got {self.cold!r}")
         if self.cold in ("flush", "both") and self.exec_mode is not ExecMode.DISCRETE:

@@ -17,6 +17,12 @@ extended like ``--min-time``; on the host, then, a few untimed steps counting ea
 minor page faults (``count_faults``). The record: the step's times, and per config the median
 over passes of its in-step time per call (``in_step_us``) and its page faults per call
 beside the original's where the step file has them, next to the isolated records.
+
+Host gaps (``--host-gaps``, on a device by default): the replay times its own host step, then
+spreads what the original's (``real_host_us``) took more over the gaps where its host spent
+it (``gap_us``, ``tail_gap_us``: a live capture's shape), waiting before each call in the
+step-timed passes only (``fit_host_gaps``): launches come at the original host's pace, and a
+step whose host fell behind its device leaves the device idle, as the original did.
 """
 
 from __future__ import annotations
@@ -78,9 +84,41 @@ class StepReplay:
         self.carried: List[int] = []
         self.held = 0  # outputs kept past their last reader (``hold`` in the step file)
         self._plan: Optional[List[Tuple[Any, ...]]] = None  # ``_compiled``
+        #: Host gaps (``--host-gaps``): wanted (the step file has them and the mode asks),
+        #: then fitted (``fit_host_gaps``): ns to wait before each call and after the last.
+        self.wants_gaps = False
+        self.scheduled = False
+        self.waits_ns: List[int] = [0] * len(step["calls"])
+        self.tail_wait_ns = 0
+        self.gap_fit: Dict[str, Any] = {}
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
+        mode = options.host_gaps
+        self.wants_gaps = self.step.get("real_host_us") is not None and mode != "off" and not (
+            mode == "auto" and getattr(self.clock, "name", "") == "host")
+
+    def fit_host_gaps(self, replay_host_us: float) -> Dict[str, Any]:
+        """Spread the original's host step less the replay's own (``replay_host_us``, its
+        calls and its work between them) over the gaps, in proportion to their captured
+        shape; nothing where the replay's host is as slow already."""
+        real = float(self.step["real_host_us"])
+        weights = [float(entry.get("gap_us", 0.0)) if call.failed is None else 0.0
+                   for entry, call in zip(self.step["calls"], self.calls)]
+        tail = float(self.step.get("tail_gap_us", 0.0))
+        total = sum(weights) + tail
+        extra = real - replay_host_us
+        fit = {"real_host_us": round(real, 1), "replay_host_us": round(replay_host_us, 1),
+               "added_us": 0.0, "captured_gaps_us": round(total, 1)}
+        if extra > 0 and total > 0:
+            scale = extra * 1e3 / total
+            self.waits_ns = [int(w * scale) for w in weights]
+            self.tail_wait_ns = int(tail * scale)
+            self.scheduled = True
+            self._plan = None  # the waits are part of the compiled calls
+            fit["added_us"] = round(extra, 1)
+        self.gap_fit = fit
+        return fit
 
     # -- building ----------------------------------------------------------------------------
     def _generator(self, name: str):
@@ -239,17 +277,22 @@ class StepReplay:
         return materialize(spec, self.options.device)
 
     def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False,
-                 counter: Any = time.perf_counter_ns) -> None:
+                 counter: Any = time.perf_counter_ns, scheduled: bool = False) -> None:
         """One step. ``times``: per call (by index), what ``counter`` (the host clock's ns)
         advanced by around the call, or with ``stamped`` the device clock's stamp after it
-        (``run_step_timed`` reads them)."""
+        (``run_step_timed`` reads them); ``scheduled``: keep the launch schedule."""
         values = self.values
         clock = self.clock.stamp if stamped else counter
+        now = time.perf_counter_ns
         for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
             values[slot] = None
-        for index, func, args, kwargs, fills, outs, frees in self._compiled():
+        for index, func, args, kwargs, fills, outs, frees, wait in self._compiled():
             for container, key, slot in fills:
                 container[key] = values[slot]
+            if scheduled and wait:  # the original host's own time before this call
+                due = now() + wait
+                while now() < due:
+                    pass
             if times is None:
                 result = func(*args, **kwargs)
             elif stamped:
@@ -273,10 +316,14 @@ class StepReplay:
                 values[slot] = None
             for container, key, _ in fills:
                 container[key] = None
+        if scheduled and self.tail_wait_ns:  # and after its last call
+            due = now() + self.tail_wait_ns
+            while now() < due:
+                pass
 
     def _compiled(self) -> List[Tuple[Any, ...]]:
         """The calls that run, as flat tuples (index, callable, args, kwargs, fills, outputs,
-        frees), built once after the checked pass: the replay's own Python between two calls
+        frees, host gap ns to wait before it), built once after the checked pass: the replay's own Python between two calls
         is host time the original step did not spend, and a small-op step is made of it. An
         aten overload is called through its C++ entry (``OpOverload.__call__`` only forwards
         to it), saving a Python frame per call."""
@@ -292,7 +339,7 @@ class StepReplay:
                              tuple((c, k, slot) for c, k, slot, _, _ in call.fills),
                              tuple((path[0], path[1] if len(path) > 1 else -1, slot)
                                    for path, slot in call.outs),
-                             tuple(call.frees)))
+                             tuple(call.frees), self.waits_ns[index]))
             self._plan = plan
         return self._plan
 
@@ -326,14 +373,24 @@ class StepReplay:
         return [statistics.median(column) if call.failed is None else None
                 for call, column in zip(self.calls, zip(*counts))]
 
+    def host_step_us(self) -> float:
+        """One step without host gaps, the host's time only (µs, to the last call's return:
+        on a device, its launches; the device drained first)."""
+        self.clock.synchronize()
+        start = time.perf_counter_ns()
+        self.run_step()
+        took = (time.perf_counter_ns() - start) / 1e3
+        self.clock.synchronize()
+        return took
+
     def time_step(self) -> float:
-        """The whole step, ms (device clock)."""
+        """The whole step, ms (device clock), host gaps kept where fitted."""
         clock = self.clock
         if hasattr(clock, "reserve"):
             clock.reserve(2)
         clock.synchronize()
         start = clock.stamp()
-        self.run_step()
+        self.run_step(scheduled=self.scheduled)
         end = clock.stamp()
         clock.synchronize()
         return clock.elapsed_ms(start, end)

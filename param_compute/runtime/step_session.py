@@ -25,6 +25,8 @@ log = logging.getLogger("param_compute")
 
 #: Untimed steps whose calls' page faults are counted (host only).
 FAULT_PASSES = 3
+#: Steps timing the replay's own host step before host gaps are fitted (``--host-gaps``).
+GAP_FIT_STEPS = 3
 
 
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
@@ -67,6 +69,9 @@ def measure(replay, options) -> Dict[str, Any]:
         while time.perf_counter() < end:
             replay.run_step()
     host = getattr(replay.clock, "name", "") == "host"
+    if replay.wants_gaps:  # the replay's own host step, then the original's gaps fitted to it
+        replay.fit_host_gaps(statistics.median(replay.host_step_us()
+                                               for _ in range(GAP_FIT_STEPS)))
     step_ms: List[float] = []
     passes: List[List[float]] = []
     collecting = gc.isenabled()
@@ -116,7 +121,24 @@ def measure(replay, options) -> Dict[str, Any]:
             else f"{getattr(replay.clock, 'name', 'device')} stamps between calls",
             "per_call_sum_ms": [round(t, 4) for t in per_call_ms],
             "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
-                              "steps" if host else None, "configs": configs}
+                              "steps" if host else None,
+            "host_gaps": host_gaps(replay, options), "configs": configs}
+
+
+def host_gaps(replay, options) -> Dict[str, Any]:
+    """What the step-timed passes did about the original's host time between calls."""
+    end = replay.step.get("real_host_us")
+    if replay.scheduled:
+        return {"kept": True, **replay.gap_fit,
+                "how": "the original's host step less the replay's own, spread over the "
+                       "gaps as captured (gap_us), waited before each call in step-timed "
+                       "passes"}
+    why = ("the step file has no host gaps (a live capture writes them)" if end is None
+           else "--host-gaps off" if options.host_gaps == "off"
+           else "on the host the time between calls is the framework's own work: "
+                "--host-gaps on to keep it" if not replay.wants_gaps
+           else "the replay's own host step is as long as the original's already")
+    return {"kept": False, **(replay.gap_fit or {"real_host_us": end}), "why": why}
 
 
 class StepReplaySink(RecordSink):
@@ -190,6 +212,10 @@ class StepReplaySink(RecordSink):
                 f"calls, {record['fed_inputs']} inputs fed by earlier calls")
         if record.get("real_step_us"):
             line += f"; real step {record['real_step_us'] / 1e3:.3f} ms"
+        gaps = record.get("host_gaps") or {}
+        if gaps.get("kept"):
+            line += (f"; {gaps['added_us'] / 1e3:.3f} ms of the original's host time between "
+                     "calls kept (--host-gaps)")
         extra = []
         if record["dataflow_mismatches"]:
             extra.append(f"{record['dataflow_mismatches']} fed inputs replaced by generated "

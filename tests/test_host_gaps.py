@@ -1,0 +1,178 @@
+"""Host gaps: the original's host time between calls, captured live and kept by the step
+replay (``--host-gaps``), so that on a device launches come at the original host's pace."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from conftest import run_cli
+from param_compute.capture.live_timing import host_gaps, time_ops_in_place, time_step
+from param_compute.capture.step_file import read_step_file, step_path
+from param_compute.errors import OptionsError
+from param_compute.runtime.options import RunOptions
+
+#: The host work the test step does between its two ops, and after them (µs): long beside a
+#: time slice, so that a preempted moment on a loaded machine does not reorder them.
+BETWEEN_US, AFTER_US = 20_000, 10_000
+
+
+def _spin(us: float) -> None:
+    """Host work that is not an op (a model's Python): the host clock, busy."""
+    due = time.perf_counter_ns() + us * 1e3
+    while time.perf_counter_ns() < due:
+        pass
+
+
+X = torch.randn(16, 16)
+
+
+def busy_step():
+    y = torch.relu(X)
+    _spin(BETWEEN_US)
+    torch.sigmoid(y)
+    _spin(AFTER_US)
+
+
+def _captured(tmp_path):
+    from param_compute.cli.capture import capture_run
+
+    path, _ = capture_run(busy_step, warmup=1, steps=1, repeats=3).write(tmp_path / "s.json")
+    return path, read_step_file(step_path(path))
+
+
+def test_timeline_puts_the_host_time_where_the_step_spent_it():
+    timeline = {}
+    time_ops_in_place(busy_step, steps=1, passes=3, timeline=timeline)
+    assert [name for name, _, _ in timeline["calls"]] == ["aten.relu.default",
+                                                          "aten.sigmoid.default"]
+    (_, first, _), (_, second, _) = timeline["calls"]
+    assert second >= BETWEEN_US and first < second / 2
+    assert timeline["tail_us"] >= AFTER_US
+    gaps, tail = host_gaps(timeline)
+    # less the step's smallest gap (the timer's own cost): the first call's becomes 0
+    assert gaps["aten.relu.default"][0][0] == 0.0
+    assert gaps["aten.sigmoid.default"][0][0] == pytest.approx(second - first, abs=0.01)
+    assert tail == pytest.approx(timeline["tail_us"] - first, abs=0.01)
+    host = []
+    time_step(busy_step, 3, host=host)
+    assert len(host) == 3 and min(host) >= BETWEEN_US + AFTER_US
+
+
+def test_live_capture_writes_the_gaps_and_the_host_step(tmp_path):
+    _, step = _captured(tmp_path)
+    relu, sigmoid = step["calls"]
+    assert relu["gap_us"] < BETWEEN_US / 4 and sigmoid["gap_us"] >= 0.7 * BETWEEN_US
+    assert step["tail_gap_us"] >= 0.5 * AFTER_US
+    assert step["real_host_us"] >= BETWEEN_US + AFTER_US
+    assert step["real_step_us"] >= step["real_host_us"] - 1  # on the host: the same step
+
+
+def test_a_call_not_captured_hands_its_gap_and_its_time_to_the_next(tmp_path):
+    from param_compute.capture.live import capture_ops
+
+    x = torch.randn(4, 4)
+    with capture_ops(skip_views=True,
+                     originals={"aten.relu.default": [1.0], "aten.sigmoid.default": [1.0]},
+                     original_gaps={"aten.relu.default": [(5.0, 1.0)],
+                                    "aten.t.default": [(7.0, 30.0)],
+                                    "aten.sigmoid.default": [(11.0, 1.0)]}) as cap:
+        y = torch.relu(x)
+        z = y.t()  # not captured (a view, skipped): its host time is a gap in the replay
+        torch.sigmoid(z)
+    gaps = [call.get("gap_us") for call in cap.workload.step.calls]
+    assert gaps == [5.0, 7.0 + 30.0 + 11.0]
+    assert cap.pending_gap == 0.0
+
+
+def test_replay_keeps_the_gaps_only_where_asked_and_says_so(tmp_path):
+    path, step = _captured(tmp_path)
+    records = {}
+    for mode in ("on", "auto"):
+        out = tmp_path / f"{mode}.json"
+        done = run_cli("-c", path, "--replay-step", "--host-gaps", mode, "-w", "1", "-i", "3",
+                       "--output", out)
+        assert done.returncode == 0, done.stderr
+        [records[mode]] = [json.loads(line)["step_replay"] for line in out.read_text()
+                           .splitlines() if "step_replay" in json.loads(line)]
+        if mode == "on":
+            assert "of the original's host time between calls kept (--host-gaps)" in done.stdout + done.stderr
+    kept, auto = records["on"]["host_gaps"], records["auto"]["host_gaps"]
+    assert kept["kept"] is True and kept["real_host_us"] == step["real_host_us"]
+    assert kept["added_us"] == pytest.approx(kept["real_host_us"] - kept["replay_host_us"],
+                                             abs=0.2)
+    # the replayed step takes the original's host time: two small ops and the spins
+    assert records["on"]["stats"]["median"] * 1e3 >= 0.9 * step["real_host_us"]
+    assert auto["kept"] is False and "framework's own work" in auto["why"]
+    assert records["auto"]["stats"]["median"] * 1e3 < 0.5 * BETWEEN_US
+    totals = run_cli("--json", tmp_path / "on.json", module="param_compute.workload_totals")
+    assert totals.returncode == 0, totals.stderr
+    assert json.loads(totals.stdout)["host_gaps_ms"] == pytest.approx(kept["added_us"] / 1e3)
+    text = run_cli(tmp_path / "on.json", module="param_compute.workload_totals").stdout
+    assert "of it, host gaps kept (--host-gaps)" in text
+
+
+class _FakeCall:
+    def __init__(self, failed=None):
+        self.failed = failed
+
+
+def _fitted(step, replay_host_us, failed=()):
+    from param_compute.runtime.step_replay import StepReplay
+
+    replay = StepReplay.__new__(StepReplay)  # only what fitting reads
+    replay.step = step
+    replay.calls = [_FakeCall("x" if i in failed else None) for i in range(len(step["calls"]))]
+    replay.waits_ns, replay.tail_wait_ns, replay.scheduled = [0] * len(step["calls"]), 0, False
+    replay._plan = None
+    return replay, replay.fit_host_gaps(replay_host_us)
+
+
+def test_fitting_spreads_the_missing_host_time_by_the_captured_shape():
+    step = {"real_host_us": 1000.0, "tail_gap_us": 10.0,
+            "calls": [{"gap_us": 0.0}, {"gap_us": 30.0}, {"gap_us": 60.0}]}
+    replay, fit = _fitted(step, 400.0)
+    assert replay.scheduled and fit["added_us"] == 600.0
+    assert replay.waits_ns == [0, 180_000, 360_000] and replay.tail_wait_ns == 60_000
+    replay, _ = _fitted(step, 400.0, failed={2})  # a call left out waits for nothing
+    assert replay.waits_ns == [0, 450_000, 0] and replay.tail_wait_ns == 150_000
+    replay, fit = _fitted(step, 1200.0)  # the replay's host is slower already
+    assert not replay.scheduled and fit["added_us"] == 0.0 and replay.waits_ns == [0, 0, 0]
+    replay, _ = _fitted(dict(step, tail_gap_us=0.0, calls=[{}, {}, {}]), 10.0)
+    assert not replay.scheduled  # no shape: nowhere to put it
+
+
+def test_host_gaps_are_on_by_default_on_a_device_only(tmp_path):
+    from test_step_replay import _replay
+
+    _captured(tmp_path)
+    assert not _replay(tmp_path / "s.json").wants_gaps  # auto on the host
+    assert _replay(tmp_path / "s.json", host_gaps="on").wants_gaps
+    assert not _replay(tmp_path / "s.json", host_gaps="off").wants_gaps
+
+    class DeviceClock:  # what a CUDA device's clock is named: anything but "host"
+        name = "cuda_events"
+
+    from param_compute.runtime import step_replay
+
+    original = step_replay.open_device
+
+    def device(*args, **kwargs):
+        opened = original(*args, **kwargs)
+        opened.clock = DeviceClock()
+        return opened
+
+    step_replay.open_device = device
+    try:
+        assert _replay(tmp_path / "s.json").wants_gaps
+    finally:
+        step_replay.open_device = original
+
+
+def test_host_gaps_option_is_checked_and_carried_in_the_json_form():
+    with pytest.raises(OptionsError, match="--host-gaps must be auto, on or off"):
+        RunOptions(host_gaps="always").check()
+    assert RunOptions.from_json(RunOptions(host_gaps="on").to_json()).host_gaps == "on"
