@@ -176,3 +176,39 @@ def test_host_gaps_option_is_checked_and_carried_in_the_json_form():
     with pytest.raises(OptionsError, match="--host-gaps must be auto, on or off"):
         RunOptions(host_gaps="always").check()
     assert RunOptions.from_json(RunOptions(host_gaps="on").to_json()).host_gaps == "on"
+
+
+def test_on_a_device_only_step_timed_passes_wait_and_the_device_interval_holds_the_waits(
+        tmp_path):
+    """The CUDA seam, with a fake device clock reading the host clock: a step timed whole
+    spans the waits (the device sat idle while the host worked), a call-timed step does not
+    (a wait would read as the next call's device time)."""
+    from test_step_replay import _replay
+
+    _captured(tmp_path)
+    replay = _replay(tmp_path / "s.json", host_gaps="on")
+    replay.checked_pass()
+
+    class HostReadingClock:
+        name = "fake_events"
+
+        def reserve(self, count):
+            return None
+
+        def stamp(self):
+            return time.perf_counter_ns() / 1e6
+
+        def synchronize(self):
+            return None
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return end - start
+
+    replay.clock = HostReadingClock()
+    fit = replay.fit_host_gaps(replay.host_step_us())
+    assert replay.scheduled and fit["added_us"] > 0.5 * (BETWEEN_US + AFTER_US)
+    assert replay.time_step() * 1e3 >= fit["added_us"]
+    times = [0] * len(replay.calls)
+    replay.run_step_timed(times)
+    assert sum(times) / 1e3 < 0.25 * fit["added_us"], times

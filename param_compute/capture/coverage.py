@@ -92,6 +92,11 @@ def summary_lines(workload) -> List[str]:
         if "real_step_us" in workload.kineto:
             lines.append(f"  real step (unprofiled): {workload.kineto['real_step_us'] / 1e3:.3f}"
                          " ms")
+        host = getattr(getattr(workload, "step", None), "real_host_us", None)
+        if host is not None:
+            lines.append(f"  its host time: {host / 1e3:.3f} ms (to the step's return; with "
+                         "where the host spent it between calls, for --replay-step "
+                         "--host-gaps)")
         cost = workload.kineto.get("profiler_cost")
         if cost:
             lines.append(f"  profiler cost subtracted: {cost['per_call_us']:.2f} µs per "
