@@ -25,6 +25,7 @@ Exit status 1 on a miss (the table says which).
 
     python bench/replay_models.py [--models resnet18,gpt2,lstm,dlrm] [--reps 3] [--quick]
                                   [--device cuda] [--batch-scale 8] [--malloc recycle]
+                                  [--host-gaps auto|on|off|both]
 """
 
 from __future__ import annotations
@@ -221,11 +222,11 @@ def _child(args: List[str]) -> subprocess.CompletedProcess:
                           text=True)
 
 
-def replay_once(spec: Path, results: Path, options) -> Dict[str, Any]:
+def replay_once(spec: Path, results: Path, options, host_gaps: str) -> Dict[str, Any]:
     run = _child(["param_compute.run_benchmark", "-c", str(spec), "--replay-step",
                   "--num-threads", "1", "-w", str(options.warmup), "-i", str(options.iters),
                   "-d", options.device, "--output", str(results), "--no-progress",
-                  "--no-throughput", "--max-memory", "none", "--host-gaps", options.host_gaps])
+                  "--no-throughput", "--max-memory", "none", "--host-gaps", host_gaps])
     if run.returncode not in (0, 1) or not results.exists():
         raise SystemExit(f"run_benchmark failed ({run.returncode}):\n{run.stderr[-3000:]}")
     totals = _child(["param_compute.workload_totals", "--json", str(results)])
@@ -291,7 +292,13 @@ def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     for rep in range(options.reps):
         real = measure_in_child(name, options, workdir, rep)
         capture_s = real.get("capture_s", capture_s)
-        ledger = replay_once(workdir / f"{name}.json", workdir / f"{name}_{rep}.json", options)
+        both = options.host_gaps == "both"
+        ledger = replay_once(workdir / f"{name}.json", workdir / f"{name}_{rep}.json", options,
+                             "on" if both else options.host_gaps)
+        if both:  # the same capture replayed back to back too, beside it
+            ledger["gaps_off_ms"] = replay_once(workdir / f"{name}.json",
+                                                workdir / f"{name}_{rep}_off.json", options,
+                                                "off")["in_step_ms"]
         ledger["in_place"] = real["in_place"]
         ledger["in_place_faults"] = real["in_place_faults"]
         reps.append((real["real"], ledger))
@@ -342,10 +349,11 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
         if ratio is None or abs(ratio - 1) > options.op_tolerance:
             misses.append(row)
     ratio = _median(ratios)
+    off = [l["gaps_off_ms"] / r for r, l in reps if l.get("gaps_off_ms")]
     in_place = _median([sum(l["in_place"].values()) for _, l in reps])
     return {"name": result["name"], "real": real, "in_step": in_step, "ratio": ratio,
             "in_place": in_place,
-            "ratios": ratios, "isolated": _median([l["isolated_ms"] for _, l in reps]),
+            "ratios": ratios, "off_ratios": off, "isolated": _median([l["isolated_ms"] for _, l in reps]),
             "original": ledger["original_ms"], "covered": ledger["covered_fraction"],
             "checked": checked, "misses": misses,
             "step_ok": ratio is not None and abs(ratio - 1) <= options.step_tolerance,
@@ -356,14 +364,18 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
     def fmt(value, spec=".2f"):
         return format(value, spec) if value is not None else "-"
 
+    both = options.host_gaps == "both"
     print("\n| model | real step (ms) | ops timed in place (ms) | in-step replay (ms) | "
-          "in-step / real (reps) | isolated Σ median×count (ms) | original op time at capture "
+          "in-step / real (reps) | " + ("host gaps off: in-step / real | " if both else "")
+          + "isolated Σ median×count (ms) | original op time at capture "
           f"(ms) | covered | ops >2% within ±{int(100 * options.op_tolerance)}% |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * (10 if both else 9) + "|")
     for v in verdicts:
         reps = ", ".join(f"{r:.2f}" for r in v["ratios"])
+        off = (f"{fmt(_median(v['off_ratios']))} ("
+               + ", ".join(f"{r:.2f}" for r in v["off_ratios"]) + ") | ") if both else ""
         print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_place'])} | {fmt(v['in_step'])} | "
-              f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | "
+              f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | {off}"
               f"{fmt(v['isolated'])} | {fmt(v['original'])} | "
               f"{fmt(100 * v['covered'] if v['covered'] is not None else None, '.1f')}% | "
               f"{len(v['checked']) - len(v['misses'])} of {len(v['checked'])} |")
@@ -401,9 +413,10 @@ def main() -> int:
     parser.add_argument("--batch-scale", type=int, default=1,
                         help="multiply each model's batch (on a GPU the default batches give "
                              "launch-bound steps of 5-11 ms)")
-    parser.add_argument("--host-gaps", choices=("auto", "on", "off"), default="auto",
-                        help="the replay's --host-gaps: keep the original's launch schedule "
-                             "(auto: on a device only)")
+    parser.add_argument("--host-gaps", choices=("auto", "on", "off", "both"), default="auto",
+                        help="the replay's --host-gaps: keep the original host's time between "
+                             "calls (auto: on a device only); both: judge with them on, and "
+                             "replay each capture with them off too, in a column beside")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
