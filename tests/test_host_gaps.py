@@ -212,3 +212,41 @@ def test_on_a_device_only_step_timed_passes_wait_and_the_device_interval_holds_t
     times = [0] * len(replay.calls)
     replay.run_step_timed(times)
     assert sum(times) / 1e3 < 0.25 * fit["added_us"], times
+
+
+def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(monkeypatch):
+    """The CUDA seam of the original's in-place timer, with fakes: a spin kernel is queued
+    before each call's start event (long enough to cover the last call's host time), so the
+    event pair times the call's kernels, not its launch from an idle GPU."""
+    from param_compute.capture import live_timing
+    from param_compute.process.launch_cover import launch_cover_us
+
+    log = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            self.name = f"event{len([e for e in log if e[0] == 'new'])}"
+            log.append(("new", self.name))
+
+        def record(self):
+            log.append(("record", self.name))
+
+        def elapsed_time(self, other):
+            return 0.5
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append(("sync",)))
+    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 2.0)
+    x = torch.randn(8, 8)
+    with live_timing.CallTimer(events=True) as timer:
+        torch.relu(x)
+        torch.sigmoid(x)
+    kinds = [entry[0] for entry in log]
+    assert kinds == ["new", "new", "sleep", "record", "record"] * 2
+    first, second = [entry[1] for entry in log if entry[0] == "sleep"]
+    assert first == int(launch_cover_us(None) * 2.0)  # before any host time is known
+    host_us = (timer.spans[0][1] - timer.spans[0][0]) / 1e3
+    assert second == int(launch_cover_us(host_us) * 2.0)
+    assert [t for _, t in timer.resolve()] == [0.5e6, 0.5e6] and log[-1] == ("sync",)

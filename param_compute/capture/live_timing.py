@@ -35,13 +35,16 @@ from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from param_compute.process.faults import minor_faults
+from param_compute.process.launch_cover import launch_cover_us, spin_cycles_per_us
 
 
 class CallTimer(TorchDispatchMode):
     """Times each aten call made while active (ns, in order): nothing else is done per call.
 
     With ``events`` (a CUDA step), a CUDA event pair around each call instead: the device
-    time between them, read after the step (``resolve``)."""
+    time between them, read after the step (``resolve``). A short spin kernel goes first
+    (``process.launch_cover``): on a GPU left idle by the host, the start event would fire
+    before the call's kernel was even launched, and the pair time the launch."""
 
     def __init__(self, events: bool = False):
         super().__init__()
@@ -50,6 +53,12 @@ class CallTimer(TorchDispatchMode):
         #: host clock (ns) as each call started and returned, in order
         self.spans: List[Any] = []
         self.events = events
+        self._spin = 0.0  # spin cycles per µs (events: the current device's)
+        self._last_host_us: Optional[float] = None
+        if events:
+            import torch
+
+            self._spin = spin_cycles_per_us(torch.cuda.current_device())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -62,11 +71,15 @@ class CallTimer(TorchDispatchMode):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
             faults = minor_faults()
+            if self._spin:  # the GPU busy while the host records and launches
+                torch.cuda._sleep(int(launch_cover_us(self._last_host_us) * self._spin))
             start.record()
             began = time.perf_counter_ns()
             out = call(*args, **kwargs)
-            self.spans.append((began, time.perf_counter_ns()))
+            ended = time.perf_counter_ns()
             end.record()
+            self.spans.append((began, ended))
+            self._last_host_us = (ended - began) / 1e3
             self.faults.append(minor_faults() - faults)
             self.calls.append((func, (start, end)))
             return out
