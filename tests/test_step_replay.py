@@ -502,7 +502,8 @@ def test_dry_run_plans_the_step_without_replaying_it(tmp_path):
 
 def test_device_clock_times_each_call_between_stamps(tmp_path):
     """On a device (CUDA) each call's in-step time is the clock's interval between the stamps
-    around it: checked with a fake clock whose stamps are call numbers (ms)."""
+    around it, a launch cover queued before each (judged by the last call's host time):
+    checked with a fake clock whose stamps are squares of their numbers (ms)."""
     x, w = torch.randn(4, 8), torch.randn(8, 16)
     _capture(lambda: torch.relu(x @ w).sum(), tmp_path / "s.json")
     replay = _replay(tmp_path / "s.json")
@@ -527,12 +528,22 @@ def test_device_clock_times_each_call_between_stamps(tmp_path):
         def elapsed_ms(start, end):
             return float(end - start)
 
+        covers = []
+
+        def cover(self, last_host_us):
+            self.covers.append(last_host_us)
+
+        @staticmethod
+        def host_elapsed_ms(start, end):
+            return float(end - start) / 10
+
     replay.clock = FakeClock()
     times = [0] * len(replay.calls)
     replay.run_step_timed(times)
-    assert replay.clock.reserved == len(replay.calls) + 1
-    assert times == [3e6, 5e6, 7e6]  # ns per call, in order
-    assert replay.time_step() == float(6 * 6 - 5 * 5)  # the step: stamps 5 and 6
+    assert replay.clock.reserved == 2 * len(replay.calls)
+    assert times == [3e6, 7e6, 11e6]  # ns per call, in order: stamps 1-2, 3-4, 5-6
+    assert replay.clock.covers == [None, 300.0, 700.0]  # the last call's host µs
+    assert replay.time_step() == float(8 * 8 - 7 * 7)  # the step: stamps 7 and 8
 
 
 # -- page faults: first touches of fresh memory, counted in the original and in the replay ------

@@ -77,6 +77,12 @@ class CudaEventClock:
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)
 
+    def cover(self, last_host_us: Optional[float]) -> None:
+        """Queue the launch cover (``process.launch_cover``) for the next call, judged by the
+        last call's host time (the step replay's call-timed passes)."""
+        if self._cycles_per_us:
+            self._torch.cuda._sleep(int(launch_cover_us(last_host_us) * self._cycles_per_us))
+
     def _barrier(self) -> None:
         # Wait for the previous iteration, then queue the flush and the spin without waiting
         # for them: they keep the GPU busy while the host records the start event and launches

@@ -279,10 +279,14 @@ class StepReplay:
     def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False,
                  counter: Any = time.perf_counter_ns, scheduled: bool = False) -> None:
         """One step. ``times``: per call (by index), what ``counter`` (the host clock's ns)
-        advanced by around the call, or with ``stamped`` the device clock's stamp after it
-        (``run_step_timed`` reads them); ``scheduled``: keep the launch schedule."""
+        advanced by around the call, or with ``stamped`` the device clock's stamps around it,
+        a launch cover first where the clock has one (``run_step_timed`` reads them);
+        ``scheduled``: wait the fitted host gaps (``fit_host_gaps``)."""
         values = self.values
         clock = self.clock.stamp if stamped else counter
+        cover = getattr(self.clock, "cover", None) if stamped else None
+        host_ms = getattr(self.clock, "host_elapsed_ms", None) if cover is not None else None
+        last_host: Optional[float] = None
         now = time.perf_counter_ns
         for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
             values[slot] = None
@@ -296,8 +300,14 @@ class StepReplay:
             if times is None:
                 result = func(*args, **kwargs)
             elif stamped:
+                if cover is not None:  # the device busy while the host launches the call
+                    cover(last_host)
+                begin = clock()
                 result = func(*args, **kwargs)
-                times[index] = clock()
+                end = clock()
+                times[index] = (begin, end)
+                if host_ms is not None:
+                    last_host = host_ms(begin, end) * 1e3
             else:
                 start = clock()
                 result = func(*args, **kwargs)
@@ -345,22 +355,21 @@ class StepReplay:
 
     def run_step_timed(self, times: List[Any]) -> None:
         """One step with each call timed into ``times`` (ns by call index): the host clock
-        around the call on CPU; on a device, its clock stamped between calls (events)."""
+        around the call on CPU; on a device, its clock's stamps around it (events), after a
+        spin kernel that keeps a GPU the replay's host left idle busy while the call is
+        launched: the pair times the call's kernels, as the original's in-place timer does."""
         if getattr(self.clock, "name", "") == "host":
             self.run_step(times)
             return
         if hasattr(self.clock, "reserve"):
-            self.clock.reserve(len(self.calls) + 1)
+            self.clock.reserve(2 * len(self.calls))
         self.clock.synchronize()
-        first = self.clock.stamp()
         self.run_step(times, stamped=True)
         self.clock.synchronize()
-        previous = first
         for index, call in enumerate(self.calls):
             if call.failed is None:
-                mark, times[index] = times[index], self.clock.elapsed_ms(previous,
-                                                                         times[index]) * 1e6
-                previous = mark
+                begin, end = times[index]
+                times[index] = self.clock.elapsed_ms(begin, end) * 1e6
 
     def count_faults(self, passes: int = 3) -> List[Optional[float]]:
         """Per call (by index), the median over ``passes`` untimed steps of the minor page

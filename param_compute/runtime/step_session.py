@@ -118,7 +118,8 @@ def measure(replay, options) -> Dict[str, Any]:
             "warmup": options.warmup, "iterations": len(step_ms),
             "step_ms": [round(t, 4) for t in step_ms], "stats": summarize(step_ms),
             "per_call_clock": "host perf_counter_ns around each call" if host
-            else f"{getattr(replay.clock, 'name', 'device')} stamps between calls",
+            else f"{getattr(replay.clock, 'name', 'device')} stamps around each call, a spin "
+                 "kernel before each (launch cover)",
             "per_call_sum_ms": [round(t, 4) for t in per_call_ms],
             "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
                               "steps" if host else None,
