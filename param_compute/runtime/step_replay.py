@@ -39,6 +39,7 @@ import torch
 from param_compute.capture.step_file import path_text
 from param_compute.runtime.data import materialize, seed_for_run, seed_generators
 from param_compute.runtime.devices import open_device
+from param_compute.runtime.step_gaps import fit_gaps
 from param_compute.runtime.step_binding import (Slot, arg_value, locate, output, set_arg,
                                                 tensor_spec)
 from param_compute.process.faults import minor_faults
@@ -99,26 +100,13 @@ class StepReplay:
             mode == "auto" and getattr(self.clock, "name", "") == "host")
 
     def fit_host_gaps(self, replay_host_us: float) -> Dict[str, Any]:
-        """Spread the original's host step less the replay's own (``replay_host_us``, its
-        calls and its work between them) over the gaps, in proportion to their captured
-        shape; nothing where the replay's host is as slow already."""
-        real = float(self.step["real_host_us"])
-        weights = [float(entry.get("gap_us", 0.0)) if call.failed is None else 0.0
-                   for entry, call in zip(self.step["calls"], self.calls)]
-        tail = float(self.step.get("tail_gap_us", 0.0))
-        total = sum(weights) + tail
-        extra = real - replay_host_us
-        fit = {"real_host_us": round(real, 1), "replay_host_us": round(replay_host_us, 1),
-               "added_us": 0.0, "captured_gaps_us": round(total, 1)}
-        if extra > 0 and total > 0:
-            scale = extra * 1e3 / total
-            self.waits_ns = [int(w * scale) for w in weights]
-            self.tail_wait_ns = int(tail * scale)
-            self.scheduled = True
+        """The waits for the replay's host step to take the original's (``step_gaps``)."""
+        failed = [call.failed is not None for call in self.calls]
+        waits, tail, self.gap_fit = fit_gaps(self.step, failed, replay_host_us)
+        if waits is not None:
+            self.waits_ns, self.tail_wait_ns, self.scheduled = waits, tail, True
             self._plan = None  # the waits are part of the compiled calls
-            fit["added_us"] = round(extra, 1)
-        self.gap_fit = fit
-        return fit
+        return self.gap_fit
 
     # -- building ----------------------------------------------------------------------------
     def _generator(self, name: str):
