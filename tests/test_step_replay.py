@@ -565,7 +565,7 @@ def step():
     torch.ones(FRESH_FLOATS).sum()  # fresh pages of output, first touched here
     torch.relu(x)
 
-with CallTimer() as timer:
+with CallTimer(count_faults=True) as timer:
     step()
 faults = {}
 times = time_ops_in_place(step, steps=1, passes=3, faults=faults)

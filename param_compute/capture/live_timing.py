@@ -7,11 +7,12 @@ wall time), and op by op with a dispatch mode that only reads the clock around e
 (``time_ops_in_place``: the mode's own Python cost falls outside the timed region, between
 calls). The capture itself then runs once more and takes those times as ``original_us``.
 
-Beside each call's time the timer counts the minor page faults the call took (``getrusage``,
-read outside the timed region): a call whose output is fresh memory touches it first and
-faults once per page, which costs as much as the work of a small op. Where the allocator
-hands a call recycled memory in one process and fresh pages in another, the two times differ
-for that reason alone; the counts let the fidelity ledger say so with numbers.
+In passes of their own the timer counts the minor page faults each call took (``getrusage``
+around it): a call whose output is fresh memory touches it first and faults once per page,
+which costs as much as the work of a small op. Where the allocator hands a call recycled
+memory in one process and fresh pages in another, the two times differ for that reason
+alone; the counts let the fidelity ledger say so with numbers. Not in the timed passes: two
+system calls between every pair of calls left the small ops of a host-bound step 6% slower.
 
 The timer also notes when each call started and ended on the host (``timeline``). On a device
 the host's own work between calls (the model's Python, the autograd engine) decides when
@@ -38,6 +39,10 @@ from param_compute.process.faults import minor_faults
 from param_compute.process.launch_cover import launch_cover_us, spin_cycles_per_us
 
 
+#: Untimed steps whose calls' minor page faults are counted (``time_ops_in_place``).
+FAULT_PASSES = 3
+
+
 class CallTimer(TorchDispatchMode):
     """Times each aten call made while active (ns, in order): nothing else is done per call.
 
@@ -46,10 +51,13 @@ class CallTimer(TorchDispatchMode):
     (``process.launch_cover``): on a GPU left idle by the host, the start event would fire
     before the call's kernel was even launched, and the pair time the launch."""
 
-    def __init__(self, events: bool = False):
+    def __init__(self, events: bool = False, count_faults: bool = False):
         super().__init__()
         self.calls: List[Any] = []
-        self.faults: List[int] = []  # minor page faults of each call, in order
+        #: minor page faults of each call, in order (``count_faults``: a pass counting them,
+        #: whose times are not the op's: the counter's system calls sit around each call)
+        self.faults: List[int] = []
+        self.count_faults = count_faults
         #: host clock (ns) as each call started and returned, in order
         self.spans: List[Any] = []
         self.events = events
@@ -70,7 +78,7 @@ class CallTimer(TorchDispatchMode):
 
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
-            faults = minor_faults()
+            faults = minor_faults() if self.count_faults else 0
             if self._spin:  # the GPU busy while the host records and launches
                 torch.cuda._sleep(int(launch_cover_us(self._last_host_us) * self._spin))
             start.record()
@@ -80,15 +88,20 @@ class CallTimer(TorchDispatchMode):
             end.record()
             self.spans.append((began, ended))
             self._last_host_us = (ended - began) / 1e3
-            self.faults.append(minor_faults() - faults)
+            if self.count_faults:
+                self.faults.append(minor_faults() - faults)
             self.calls.append((func, (start, end)))
             return out
         clock = time.perf_counter_ns
-        faults = minor_faults()
+        if self.count_faults:
+            faults = minor_faults()
+            out = call(*args, **kwargs)
+            self.faults.append(minor_faults() - faults)
+            self.calls.append((func, 0))
+            return out
         start = clock()
         out = call(*args, **kwargs)
         elapsed = clock() - start
-        self.faults.append(minor_faults() - faults)
         self.calls.append((func, elapsed))
         self.spans.append((start, start + elapsed))
         return out
@@ -138,7 +151,8 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
                       timeline: Optional[Dict[str, Any]] = None) -> Dict[str, List[float]]:
     """op (``str(func)``) -> µs of each of its calls over ``steps`` steps, in call order: per
     call, the median over ``passes`` timed passes (one preempted call is not the op's time).
-    ``faults``, when given, is filled the same way with each call's minor page faults;
+    ``faults``, when given, is filled with each call's minor page faults, the median of
+    ``FAULT_PASSES`` passes of their own after the timed ones;
     ``timeline`` with ``calls``: (op, host µs before the call since the previous call
     returned (the step's start for the first), host µs of the call) in call order, and
     ``tail_us``: the host µs after the last call (medians over passes; see ``host_gaps``).
@@ -150,7 +164,6 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
 
     events = torch.cuda.is_available() and torch.cuda.is_initialized()
     runs: List[Dict[str, List[float]]] = []
-    fault_runs: List[Dict[str, List[float]]] = []
     sequences: List[List[Any]] = []  # per pass: (op, gap before, host µs) of each call
     tails: List[float] = []
     enabled = gc.isenabled()
@@ -159,7 +172,6 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
     try:
         for index in range(max(1, passes) + 1):
             times: Dict[str, List[float]] = defaultdict(list)
-            counts: Dict[str, List[float]] = defaultdict(list)
             timers = []
             previous = time.perf_counter_ns()  # steps follow each other: one timeline
             for _ in range(steps):
@@ -170,25 +182,42 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
             finished = time.perf_counter_ns()  # host only: nothing resolved yet
             sequence = []
             for timer in timers:
-                for (func, took), count, (start, end) in zip(timer.resolve(), timer.faults,
-                                                             timer.spans):
+                for (func, took), (start, end) in zip(timer.resolve(), timer.spans):
                     times[str(func)].append(took / 1e3)
-                    counts[str(func)].append(count)
                     sequence.append((str(func), (start - previous) / 1e3, (end - start) / 1e3))
                     previous = end
             if index:
                 runs.append(times)
-                fault_runs.append(counts)
                 sequences.append(sequence)
                 tails.append((finished - previous) / 1e3)
+        if faults is not None:
+            faults.update(_count_faults(function, steps, events))
     finally:
         if enabled:
             gc.enable()
-    if faults is not None:
-        faults.update(_per_call_medians(fault_runs))
     if timeline is not None:
         timeline["calls"] = _sequence_medians(sequences)
         timeline["tail_us"] = statistics.median(tails)
+    return _per_call_medians(runs)
+
+
+def _count_faults(function: Callable[[], object], steps: int,
+                  events: bool) -> Dict[str, List[float]]:
+    """op -> each call's minor page faults, the median over ``FAULT_PASSES`` steps."""
+    runs = []
+    for _ in range(FAULT_PASSES):
+        counts: Dict[str, List[float]] = defaultdict(list)
+        for _ in range(steps):
+            timer = CallTimer(events, count_faults=True)
+            with timer:
+                function()
+            for (func, _), count in zip(timer.calls, timer.faults):
+                counts[str(func)].append(count)
+        runs.append(counts)
+    if events:  # the event pairs recorded are not read: let them complete
+        import torch
+
+        torch.cuda.synchronize()
     return _per_call_medians(runs)
 
 
