@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from param_compute.capture.step_file import MAX_HOST_STEP_US
+from param_compute.capture.step_file import MAX_HOST_STEP_US, MAX_NUMBER
 from param_compute.capture.trace_check import check_kineto_trace
 from param_compute.capture.trace_io import read_kineto_trace
 from param_compute.capture.trace_walk import Steps, TraceTree, attr
@@ -90,6 +90,11 @@ def _step_event(trace: Dict[str, Any], steps: Optional[Steps]) -> Optional[Dict[
 
 def _step_window(event: Optional[Dict[str, Any]]) -> Optional[Tuple[float, float]]:
     return None if event is None else (event["ts"], event["ts"] + event.get("dur", 0))
+
+
+def _sane(us: float) -> bool:
+    """A duration a real run can have (the step file's bound on a time)."""
+    return math.isfinite(us) and 0 <= us <= MAX_NUMBER
 
 
 def _dims_key(dims: Any) -> str:
@@ -183,6 +188,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         starts[thread] = [span[0] for span in spans]
     device_us: Dict[Any, float] = defaultdict(float)
     total_device = attributed = 0.0
+    refused_kernels = refused_calls = 0  # durations past any real run (hostile or broken)
     for kernel in device:
         args = kernel.get("args") or {}
         launch = launches.get(args.get("correlation"))
@@ -191,6 +197,9 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         if window is not None and not window[0] <= launch.get("ts", 0) <= window[1]:
             continue
         duration = float(kernel.get("dur", 0))
+        if not _sane(duration):
+            refused_kernels += 1
+            continue
         total_device += duration
         thread = (launch.get("pid"), launch.get("tid"))
         spans = intervals.get(thread)
@@ -206,10 +215,13 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         events = matched.get(node_id)
         if not events:
             continue
-        repeats[len(events)] += 1
         cpu_us = sum(cost.corrected(e) if cost is not None else float(e.get("dur", 0))
                      for e in events) / len(events)
         dev = device_us.get(node_id, 0.0) / len(events) if device else None
+        if not _sane(cpu_us) or (dev is not None and not _sane(dev)):
+            refused_calls += 1
+            continue
+        repeats[len(events)] += 1
         times[node_id] = (round(cpu_us, 3), None if dev is None else round(dev, 3))
     per_iteration = repeats.most_common(1)[0][0] if repeats else 1
     summary = {"file": source or "Kineto trace", "joined_by": how, "calls": len(wanted),
@@ -218,6 +230,9 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
                "device_unattributed_us": round((total_device - attributed) / per_iteration, 1)}
     if window is not None:
         summary["window"] = f"ProfilerStep#{steps.selected[0]}"
+    if refused_calls or refused_kernels:
+        summary["refused"] = (f"{refused_calls} calls and {refused_kernels} kernels with a "
+                              f"duration over {MAX_NUMBER:.0e} µs: left without a time")
     if cost is not None:
         summary["profiler_cost"] = cost.to_json()
     elif profiler_cost:
@@ -286,9 +301,9 @@ def host_timeline(join: KinetoJoin, order: List[Dict[str, Any]]
                f"{per_call:.3f} µs per call x {len(others)} profiled CPU calls in it"
                if join.cost is not None else f"{step.get('name')} window {w1 - w0:.1f} µs "
                "as recorded (the profiler's cost per call could not be calibrated)")
-    if not _finite(real) or real <= 0 or real > MAX_HOST_STEP_US:
+    if not _finite(real) or real < 1 or real > MAX_HOST_STEP_US:
         return None, {"written": False, "why": f"{derived} gives {real:.1f} µs: not a host "
-                      f"step (0 to {MAX_HOST_STEP_US:.0f} µs)"}
+                      f"step (1 to {MAX_HOST_STEP_US:.0f} µs)"}
     tops = {id(e) for e in join.events.values()}
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in others
                    if id(e) not in tops)
