@@ -106,6 +106,7 @@ def test_gaps_tail_and_host_step_as_kineto_recorded_them(tmp_path):
     assert "as recorded (the profiler's cost per call could not be calibrated)" \
         in gaps["real_host"]
     assert gaps["calls_timed"] == 4 and gaps["calls_without_event"] == 0
+    assert gaps["caveat"].startswith("an upper bound")
     assert validate_step(step) == []
 
 

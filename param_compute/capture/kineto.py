@@ -339,4 +339,7 @@ def host_timeline(join: KinetoJoin, order: List[Dict[str, Any]]
                               "cost per call for its own record and each profiled call in "
                               "it; a call not captured adds its gap and its own corrected "
                               "time to the next captured call's",
-                      "calls_timed": len(calls), "calls_without_event": len(order) - len(calls)}
+                      "calls_timed": len(calls), "calls_without_event": len(order) - len(calls),
+                      "caveat": "an upper bound: the profiler's cost outside each call's "
+                                "recorded span (an execution-trace observer's, recording in "
+                                "the same run, above all) is not measured"}
