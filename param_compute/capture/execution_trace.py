@@ -190,7 +190,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
     them), ``"all"`` every node, ``"N"`` that step. ``allow_namespaces``: namespaces besides
     aten whose operators are captured. ``kineto``: a Kineto trace (a path or the parsed JSON)
-    of the same run, joined for each call's original CPU and device time. ``target_device``:
+    of the same run, joined for each call's original CPU and device time and, in a
+    ``ProfilerStep#N`` window, the step's host gaps (``kineto.host_timeline``). ``target_device``:
     the device whose kernels are checked for every config. ``max_trace_bytes``: the cap on
     either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default).
 
@@ -246,7 +247,17 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     from param_compute.capture.step_trace import record_trace_step
 
     in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
-    record_trace_step(workload.step, in_order)
+    timeline = None
+    if timing is not None:
+        from param_compute.capture.kineto import host_timeline
+
+        timeline, workload.kineto["host_gaps"] = host_timeline(
+            timing, [node for node, _, _ in in_order])
+    record_trace_step(workload.step, in_order, timeline)
+    if timeline is not None and not any(c.get("gap_us") is not None
+                                        for c in workload.step.calls):
+        workload.kineto["host_gaps"] = {"written": False, "why": "no captured call was "
+                                        "joined to a Kineto event"}
     return workload
 
 

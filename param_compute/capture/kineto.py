@@ -11,16 +11,26 @@ id``); else by name (and input dims where Kineto recorded them), occurrence by o
 start order. A Kineto trace spanning R times the execution trace's iterations joins each call
 to its R occurrences (times are means over them). With a ``ProfilerStep#N`` selected and
 present in both, only that step's window of the Kineto trace is used.
+
+Host gaps (``host_timeline``): within that window, the host time before each top-level call
+(the replay-level calls and the ones left out, in the step's order) that no such call took,
+and after the last, each less the profiler's calibrated cost of the records it holds; and the
+step's host time, the window less that cost for every profiled call in it. A replay keeping
+the gaps (``--host-gaps``) stretches its own host step to that time in their shape. Every
+number is clipped to the window and checked: a trace whose window or timestamps cannot give
+a sane host step gets no gaps, and the report says why.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.capture.step_file import MAX_HOST_STEP_US, MAX_NUMBER
 from param_compute.capture.trace_check import check_kineto_trace
 from param_compute.capture.trace_io import read_kineto_trace
 from param_compute.capture.trace_walk import Steps, TraceTree, attr
@@ -37,6 +47,13 @@ class KinetoJoin:
                  summary: Dict[str, Any]):
         self.times = times
         self.summary = summary
+        #: node id -> its (first) Kineto CPU event; the step window's event, its CPU events
+        #: and the profiler cost calibrated from them (``host_timeline`` reads them)
+        self.events: Dict[Any, Dict[str, Any]] = {}
+        self.window_event: Optional[Dict[str, Any]] = None
+        self.window_name: Optional[str] = None  # the ProfilerStep#N looked for
+        self.cpu: List[Dict[str, Any]] = []
+        self.cost = None
 
     def of(self, node: Dict[str, Any]) -> Optional[Tuple[Optional[float], Optional[float]]]:
         return self.times.get(node["id"])
@@ -60,14 +77,24 @@ def _events(trace: Dict[str, Any], window: Optional[Tuple[float, float]]):
     return cpu, device, launches
 
 
-def _step_window(trace: Dict[str, Any], steps: Optional[Steps]) -> Optional[Tuple[float, float]]:
+def _step_event(trace: Dict[str, Any], steps: Optional[Steps]) -> Optional[Dict[str, Any]]:
+    """The selected ``ProfilerStep#N`` window's complete event, if the trace has one."""
     if steps is None or not steps.selected:
         return None
     name = f"ProfilerStep#{steps.selected[0]}"
     for event in trace["traceEvents"]:
         if isinstance(event, dict) and event.get("name") == name and event.get("ph") == "X":
-            return (event["ts"], event["ts"] + event.get("dur", 0))
+            return event
     return None
+
+
+def _step_window(event: Optional[Dict[str, Any]]) -> Optional[Tuple[float, float]]:
+    return None if event is None else (event["ts"], event["ts"] + event.get("dur", 0))
+
+
+def _sane(us: float) -> bool:
+    """A duration a real run can have (the step file's bound on a time)."""
+    return math.isfinite(us) and 0 <= us <= MAX_NUMBER
 
 
 def _dims_key(dims: Any) -> str:
@@ -136,7 +163,8 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         source = str(kineto)
         kineto = read_kineto_trace(Path(kineto), max_bytes)
     check_kineto_trace(kineto, source or "Kineto trace")
-    window = _step_window(kineto, steps)
+    window_event = _step_event(kineto, steps)
+    window = _step_window(window_event)
     window_ids = None
     if steps is not None and steps.selected:
         step_of = tree.step_of()
@@ -160,6 +188,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         starts[thread] = [span[0] for span in spans]
     device_us: Dict[Any, float] = defaultdict(float)
     total_device = attributed = 0.0
+    refused_kernels = refused_calls = 0  # durations past any real run (hostile or broken)
     for kernel in device:
         args = kernel.get("args") or {}
         launch = launches.get(args.get("correlation"))
@@ -168,6 +197,9 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         if window is not None and not window[0] <= launch.get("ts", 0) <= window[1]:
             continue
         duration = float(kernel.get("dur", 0))
+        if not _sane(duration):
+            refused_kernels += 1
+            continue
         total_device += duration
         thread = (launch.get("pid"), launch.get("tid"))
         spans = intervals.get(thread)
@@ -183,10 +215,13 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
         events = matched.get(node_id)
         if not events:
             continue
-        repeats[len(events)] += 1
         cpu_us = sum(cost.corrected(e) if cost is not None else float(e.get("dur", 0))
                      for e in events) / len(events)
         dev = device_us.get(node_id, 0.0) / len(events) if device else None
+        if not _sane(cpu_us) or (dev is not None and not _sane(dev)):
+            refused_calls += 1
+            continue
+        repeats[len(events)] += 1
         times[node_id] = (round(cpu_us, 3), None if dev is None else round(dev, 3))
     per_iteration = repeats.most_common(1)[0][0] if repeats else 1
     summary = {"file": source or "Kineto trace", "joined_by": how, "calls": len(wanted),
@@ -195,6 +230,9 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
                "device_unattributed_us": round((total_device - attributed) / per_iteration, 1)}
     if window is not None:
         summary["window"] = f"ProfilerStep#{steps.selected[0]}"
+    if refused_calls or refused_kernels:
+        summary["refused"] = (f"{refused_calls} calls and {refused_kernels} kernels with a "
+                              f"duration over {MAX_NUMBER:.0e} µs: left without a time")
     if cost is not None:
         summary["profiler_cost"] = cost.to_json()
     elif profiler_cost:
@@ -202,4 +240,106 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
     threads = recorded_threads(kineto.get("num_threads"))  # where the recording added it
     if threads is not None:
         summary["num_threads"] = threads
-    return KinetoJoin(times, summary)
+    join = KinetoJoin(times, summary)
+    join.events = {node_id: matched[node_id][0] for node_id in wanted if matched.get(node_id)}
+    join.window_event, join.cpu, join.cost = window_event, cpu, cost
+    if steps is not None and steps.selected:
+        join.window_name = f"ProfilerStep#{steps.selected[0]}"
+    return join
+
+
+class HostTimeline:
+    """Per top-level call, (host gap before it, its own host µs), both less the profiler's
+    cost; the gap after the last call and the step's host time (``real_host_us``)."""
+
+    def __init__(self, calls: Dict[Any, Tuple[float, float]], tail_us: float,
+                 real_host_us: float):
+        self.calls = calls
+        self.tail_us = tail_us
+        self.real_host_us = real_host_us
+
+    def of(self, node: Dict[str, Any]) -> Optional[Tuple[float, float]]:
+        """None where the call has no Kineto event (where it lay is unknown)."""
+        return self.calls.get(node.get("id"))
+
+
+def _finite(*values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values)
+
+
+def host_timeline(join: KinetoJoin, order: List[Dict[str, Any]]
+                  ) -> Tuple[Optional[HostTimeline], Dict[str, Any]]:
+    """The host gaps of the step window around ``order`` (the top-level calls, captured or
+    not, in the step's order), and what the capture report says of them: how they were
+    derived, or why there are none.
+
+    The window is ``[w0, w1]``, the selected ``ProfilerStep#N`` event; ``p`` the calibrated
+    profiler cost per call (0 where it could not be calibrated); ``N`` the profiled CPU
+    calls (ops and record-function ranges, nested ones too) in the window. Each call's event
+    is clipped to the window; with ``cursor`` the latest end of the calls before it (``w0``
+    for the first): gap = max(0, start - cursor - p x (1 + the profiled calls wholly in that
+    span)); its own time = its corrected duration (``ProfilerCost.corrected``), at most the
+    part of it after ``cursor`` (overlapping calls count once). Tail = max(0, w1 - cursor -
+    p x the profiled calls in it). ``real_host_us`` = (w1 - w0) - p x N."""
+    step = join.window_event
+    if step is None:
+        where = (f"the Kineto trace has no {join.window_name} event" if join.window_name
+                 else "the execution trace has no ProfilerStep#N window (or --step all)")
+        return None, {"written": False, "why": f"{where}: the step's host time is not known"}
+    w0, length = step.get("ts"), step.get("dur", 0)
+    w1 = w0 + length if _finite(w0, length) else None
+    if not _finite(w0, w1) or w1 <= w0:
+        return None, {"written": False, "why": f"the step window {step.get('name')} is empty "
+                      "or its timestamps are not finite numbers"}
+    pid = step.get("pid")
+    others = [e for e in join.cpu if e is not step and e.get("pid") == pid
+              and _finite(e.get("ts"), e.get("dur", 0))]
+    per_call = join.cost.per_call_us if join.cost is not None else 0.0
+    real = (w1 - w0) - per_call * len(others)
+    derived = (f"{step.get('name')} window {w1 - w0:.1f} µs less the profiler's "
+               f"{per_call:.3f} µs per call x {len(others)} profiled CPU calls in it"
+               if join.cost is not None else f"{step.get('name')} window {w1 - w0:.1f} µs "
+               "as recorded (the profiler's cost per call could not be calibrated)")
+    if not _finite(real) or real < 1 or real > MAX_HOST_STEP_US:
+        return None, {"written": False, "why": f"{derived} gives {real:.1f} µs: not a host "
+                      f"step (1 to {MAX_HOST_STEP_US:.0f} µs)"}
+    tops = {id(e) for e in join.events.values()}
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in others
+                   if id(e) not in tops)
+    starts = [span[0] for span in spans]
+
+    def free(a: float, b: float) -> float:
+        """Host µs from a to b, less the profiler's cost of the calls recorded in it."""
+        if b <= a:
+            return 0.0
+        inside = sum(1 for s, e in spans[bisect.bisect_left(starts, a):
+                                         bisect.bisect_right(starts, b)] if e <= b)
+        return max(0.0, (b - a) - per_call * inside)
+
+    calls: Dict[Any, Tuple[float, float]] = {}
+    cursor = w0
+    for node in order:
+        event = join.events.get(node.get("id"))
+        if event is None or not _finite(event.get("ts"), event.get("dur", 0)):
+            continue
+        start = min(max(float(event["ts"]), w0), w1)
+        end = min(max(float(event["ts"]) + float(event.get("dur", 0)), start), w1)
+        gap = max(0.0, free(cursor, start) - per_call) if start > cursor else 0.0
+        own = join.cost.corrected(event) if join.cost is not None else end - start
+        calls[node["id"]] = (gap, max(0.0, min(own, end - max(start, cursor))))
+        cursor = max(cursor, end)
+    if not calls:
+        return None, {"written": False, "why": "no top-level call of the step was joined to "
+                      "a Kineto event"}
+    timeline = HostTimeline(calls, free(cursor, w1), real)
+    return timeline, {"written": True, "real_host_us": round(real, 1), "real_host": derived,
+                      "gaps": "per call: the host time since the previous top-level call "
+                              "ended (the window's start for the first) less the profiler's "
+                              "cost per call for its own record and each profiled call in "
+                              "it; a call not captured adds its gap and its own corrected "
+                              "time to the next captured call's",
+                      "calls_timed": len(calls), "calls_without_event": len(order) - len(calls),
+                      "caveat": "an upper bound: the profiler's cost outside each call's "
+                                "recorded span (an execution-trace observer's, recording in "
+                                "the same run, above all) is not measured"}

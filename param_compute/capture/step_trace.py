@@ -91,11 +91,26 @@ def node_slots(node: Dict[str, Any]) -> Tuple[List[TensorSlot], List[TensorSlot]
 
 
 def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Dict[str, Any], Any,
-                                                                   Optional[float]]]) -> None:
-    """Feed ``(node, config or None, original CPU µs)`` in the step's order to ``recorder``."""
+                                                                   Optional[float]]],
+                      timeline: Any = None) -> None:
+    """Feed ``(node, config or None, original CPU µs)`` in the step's order to ``recorder``;
+    with ``timeline`` (``kineto.HostTimeline``) each captured call's host gap too, and the
+    step's host time: as in a live capture, a call not captured adds its gap and its own host
+    time to the next captured call's gap (or, after the last, to the tail)."""
+    pending = 0.0
     for node, config, original in calls:
         try:
             inputs, outputs = node_slots(node)
         except Exception:  # an odd node's dataflow is not worth ending the capture
             inputs, outputs = [], []
-        recorder.call(config, inputs, outputs, original)
+        host = timeline.of(node) if timeline is not None else None
+        gap = None
+        if host is not None:
+            if config is None:
+                pending += host[0] + host[1]
+            else:
+                gap, pending = pending + host[0], 0.0
+        recorder.call(config, inputs, outputs, original, gap_us=gap)
+    if timeline is not None:
+        recorder.real_host_us = timeline.real_host_us
+        recorder.tail_gap_us = pending + timeline.tail_us
