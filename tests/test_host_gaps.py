@@ -69,6 +69,7 @@ def test_live_capture_writes_the_gaps_and_the_host_step(tmp_path):
     assert step["tail_gap_us"] >= 0.5 * AFTER_US
     assert step["real_host_us"] >= BETWEEN_US + AFTER_US
     assert step["real_step_us"] >= step["real_host_us"] - 1  # on the host: the same step
+    assert step["real_host_from"] == "unprofiled"
 
 
 def test_a_call_not_captured_hands_its_gap_and_its_time_to_the_next(tmp_path):
@@ -168,6 +169,12 @@ def test_host_gaps_are_on_by_default_on_a_device_only(tmp_path):
     step_replay.open_device = device
     try:
         assert _replay(tmp_path / "s.json").wants_gaps
+        # a trace's host step is a profiled one, an upper bound: kept only when asked for
+        path = step_path(tmp_path / "s.json")
+        path.write_text(json.dumps(dict(json.loads(path.read_text()),
+                                        real_host_from="profiled")))
+        assert not _replay(tmp_path / "s.json").wants_gaps
+        assert _replay(tmp_path / "s.json", host_gaps="on").wants_gaps
     finally:
         step_replay.open_device = original
 

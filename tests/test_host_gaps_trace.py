@@ -101,6 +101,7 @@ def test_gaps_tail_and_host_step_as_kineto_recorded_them(tmp_path):
                            ("aten::add", 250.0)]
     assert step["tail_gap_us"] == 200.0
     assert step["real_host_us"] == 2000.0  # too few trivial calls: the window as recorded
+    assert step["real_host_from"] == "profiled"  # an upper bound: --host-gaps auto leaves it
     gaps = report["original_time"]["host_gaps"]
     assert gaps["written"] is True and gaps["real_host_us"] == 2000.0
     assert "as recorded (the profiler's cost per call could not be calibrated)" \

@@ -109,6 +109,8 @@ def _step(**changes):
     (_step(tail_gap_us=3), "real_host_us", "required with gap_us"),
     (_step(real_host_us=7e8), "real_host_us", "from 0 to 600000000"),  # a 12-minute wait
     (_step(real_host_us=-1), "real_host_us", "from 0 to"),
+    (_step(real_host_us=10, real_host_from="guessed"), "real_host_from",
+     "must be one of unprofiled, profiled, not 'guessed'"),
     (_step(real_host_us=10, tail_gap_us=-2), "tail_gap_us", "finite number"),
     (_step(real_host_us=10, calls=[{"run": "a|0|0|0", "gap_us": "long"}]), "calls[0].gap_us",
      "finite number"),

@@ -42,6 +42,9 @@ class StepRecorder:
         #: gap after its last captured call (with the calls' ``gap_us``: a live capture's).
         self.real_host_us: Optional[float] = None
         self.tail_gap_us = 0.0
+        #: How ``real_host_us`` was timed: "unprofiled" (a live capture), or "profiled" (a
+        #: trace's step window less the profiler's calibrated cost: an upper bound).
+        self.real_host_from = "unprofiled"
         #: (call, output path) -> the call after which it was released; absent: not seen
         #: released (a trace), ``OUTLIVES``: still alive when the capture ended.
         self.releases: Dict[Tuple[int, Tuple[int, ...]], int] = {}
@@ -128,6 +131,7 @@ class StepRecorder:
             body["real_step_us"] = round(self.real_step_us, 1)
         if self.real_host_us is not None and any("gap_us" in c for c in calls):
             body["real_host_us"] = round(self.real_host_us, 1)
+            body["real_host_from"] = self.real_host_from
             body["tail_gap_us"] = round(self.tail_gap_us, 3)
         if original:
             body["original"] = original

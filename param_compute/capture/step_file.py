@@ -20,6 +20,8 @@ Format (``version`` 1)::
                                                   # reader: until call UNTIL, -1: the step's end
      "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
      "real_host_us": 1100.0,              # its host time (required with gap_us)
+     "real_host_from": "unprofiled",      # how: "unprofiled" (live) or "profiled" (a trace's,
+                                          # an upper bound; --host-gaps auto leaves it)
      "tail_gap_us": 35.0,                 # optional: host time after the last call (shape)
      "original": {...}}                   # optional: the original's totals (capture report)
 
@@ -57,6 +59,8 @@ MAX_NAME_CHARS = 128
 MAX_NUMBER = 1e15
 #: The longest host step a launch schedule may ask a replay to keep to (10 minutes).
 MAX_HOST_STEP_US = 6e8
+#: How a step file's ``real_host_us`` was timed.
+HOST_TIMINGS = ("unprofiled", "profiled")
 
 PathItem = Union[int, str]
 
@@ -192,6 +196,9 @@ def _schedule_problems(data: Dict[str, Any], calls: List[Any]) -> List[Problem]:
     to, is required with them and bounded (a file must not make a replay wait for hours)."""
     out = []
     end = data.get("real_host_us")
+    if data.get("real_host_from", "unprofiled") not in HOST_TIMINGS:
+        out.append(Problem(("real_host_from",), f"must be one of {', '.join(HOST_TIMINGS)}, "
+                           f"not {short(data['real_host_from'])}"))
     if "tail_gap_us" in data and not _number(data["tail_gap_us"]):
         out.append(Problem(("tail_gap_us",), "must be a finite number >= 0 (at most 1e15)"))
     if end is None:

@@ -113,4 +113,5 @@ def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Dict[str, An
         recorder.call(config, inputs, outputs, original, gap_us=gap)
     if timeline is not None:
         recorder.real_host_us = timeline.real_host_us
+        recorder.real_host_from = "profiled"  # an upper bound: see ``kineto``
         recorder.tail_gap_us = pending + timeline.tail_us

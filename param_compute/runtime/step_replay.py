@@ -96,8 +96,9 @@ class StepReplay:
         self._generators: Dict[str, Any] = {}
         self._build(runs)
         mode = options.host_gaps
-        self.wants_gaps = self.step.get("real_host_us") is not None and mode != "off" and not (
-            mode == "auto" and getattr(self.clock, "name", "") == "host")
+        self.wants_gaps = self.step.get("real_host_us") is not None and (mode == "on" or (
+            mode == "auto" and getattr(self.clock, "name", "") != "host"
+            and self.step.get("real_host_from") != "profiled"))
 
     def fit_host_gaps(self, replay_host_us: float) -> Dict[str, Any]:
         """The waits for the replay's host step to take the original's (``step_gaps``)."""

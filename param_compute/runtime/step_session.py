@@ -134,11 +134,16 @@ def host_gaps(replay, options) -> Dict[str, Any]:
                 "how": "the original's host step less the replay's own, spread over the "
                        "gaps as captured (gap_us), waited before each call in step-timed "
                        "passes"}
-    why = ("the step file has no host gaps (a live capture writes them)" if end is None
+    host = getattr(replay.clock, "name", "") == "host"
+    why = ("the step file has no host gaps (capture --run writes them, and --from-et with a "
+           "Kineto trace's step window)" if end is None
            else "--host-gaps off" if options.host_gaps == "off"
+           else "the replay's own host step is as long as the original's already"
+           if replay.wants_gaps
            else "on the host the time between calls is the framework's own work: "
-                "--host-gaps on to keep it" if not replay.wants_gaps
-           else "the replay's own host step is as long as the original's already")
+                "--host-gaps on to keep it" if host
+           else "the trace's host step is a profiled one (an upper bound: the profiler's "
+                "cost between calls is in it): --host-gaps on to keep it anyway")
     return {"kept": False, **(replay.gap_fit or {"real_host_us": end}), "why": why}
 
 
