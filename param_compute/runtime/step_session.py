@@ -138,8 +138,7 @@ def host_gaps(replay, options) -> Dict[str, Any]:
     why = ("the step file has no host gaps (capture --run writes them, and --from-et with a "
            "Kineto trace's step window)" if end is None
            else "--host-gaps off" if options.host_gaps == "off"
-           else "the replay's own host step is as long as the original's already"
-           if replay.wants_gaps
+           else (replay.gap_fit or {}).get("why", "not fitted") if replay.wants_gaps
            else "on the host the time between calls is the framework's own work: "
                 "--host-gaps on to keep it" if host
            else "the trace's host step is a profiled one (an upper bound: the profiler's "

@@ -1,0 +1,71 @@
+"""Host gaps probed like a hostile or careless user would: step files whose gaps cannot be
+kept, waits far past the real step, a results file with damaged ``host_gaps``, Ctrl-C in a
+long wait (``capture.step_file``, ``runtime.step_gaps``, ``runtime.step_session``,
+``results.ledger``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from conftest import run_cli
+from param_compute.capture.step_file import read_step_file, step_path
+from param_compute.runtime.options import RunOptions
+
+X = torch.randn(16, 16)
+
+
+def _step():
+    y = torch.relu(X)
+    due = time.perf_counter_ns() + 500_000  # the model's own Python: 0.5 ms
+    while time.perf_counter_ns() < due:
+        pass
+    torch.sigmoid(y)
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    """A live capture with host gaps: (spec path, its step file's data)."""
+    from param_compute.cli.capture import capture_run
+
+    folder = tmp_path_factory.mktemp("gaps")
+    path, _ = capture_run(_step, warmup=1, steps=1, repeats=3).write(folder / "s.json")
+    return path, read_step_file(step_path(path))
+
+
+def _edited(captured, tmp_path, name="e", **changes):
+    """A copy of the capture whose step file has ``changes`` (a call's as ``calls``)."""
+    spec, step = captured
+    data = dict(json.loads(json.dumps(step)), **changes)
+    out = tmp_path / f"{name}.json"
+    out.write_text(spec.read_text())
+    step_path(out).write_text(json.dumps(data))
+    return out
+
+
+def _measured(path, **options):
+    from test_step_replay import _replay
+    from param_compute.runtime.step_session import measure
+
+    options = dict({"warmup": 0, "iteration": 1}, **options)
+    replay = _replay(path, **options)
+    return measure(replay, RunOptions(**options))["host_gaps"]
+
+
+def test_a_step_file_with_no_gap_to_spread_says_so_not_that_the_replay_is_slow(
+        captured, tmp_path):
+    """Every gap 0 (a hand-edited file, or gaps only before calls the replay leaves out):
+    the replay's host step is far shorter than the original's, and nothing can be added.
+    The record said "the replay's own host step is as long as the original's already"."""
+    _, step = captured
+    calls = [dict(call, gap_us=0.0) for call in step["calls"]]
+    path = _edited(captured, tmp_path, calls=calls, tail_gap_us=0.0)
+    gaps = _measured(path, host_gaps="on")
+    assert gaps["kept"] is False and gaps["replay_host_us"] < 0.5 * gaps["real_host_us"]
+    assert "nowhere to add it" in gaps["why"] and "as long as" not in gaps["why"]
+    path = _edited(captured, tmp_path, "slow", real_host_us=0.0)  # the replay is slower
+    gaps = _measured(path, host_gaps="on")
+    assert gaps["kept"] is False and "as long as the original's already" in gaps["why"]
