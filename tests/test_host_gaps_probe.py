@@ -69,3 +69,22 @@ def test_a_step_file_with_no_gap_to_spread_says_so_not_that_the_replay_is_slow(
     path = _edited(captured, tmp_path, "slow", real_host_us=0.0)  # the replay is slower
     gaps = _measured(path, host_gaps="on")
     assert gaps["kept"] is False and "as long as the original's already" in gaps["why"]
+
+
+def test_host_gaps_asked_for_and_not_kept_are_said_in_the_summary(captured, tmp_path):
+    """``--host-gaps on`` on a step file without gaps replayed back to back without a word
+    (the reason was in the results file only)."""
+    _, step = captured
+    calls = [{k: v for k, v in call.items() if k != "gap_us"} for call in step["calls"]]
+    path = _edited(captured, tmp_path, calls=calls)
+    data = json.loads(step_path(path).read_text())
+    for key in ("real_host_us", "real_host_from", "tail_gap_us"):
+        data.pop(key)
+    step_path(path).write_text(json.dumps(data))
+    for mode, said in (("on", True), ("auto", False)):
+        done = run_cli("-c", path, "--replay-step", "--host-gaps", mode, "-w", "0", "-i", "1",
+                       "--output", tmp_path / f"{mode}.res.json")
+        assert done.returncode == 0, done.stderr
+        line = "host gaps not kept (--host-gaps on): the step file has no host gaps"
+        said_all = done.stdout + done.stderr
+        assert (line in said_all) is said, said_all

@@ -222,6 +222,8 @@ class StepReplaySink(RecordSink):
             line += (f"; {gaps['added_us'] / 1e3:.3f} ms of the original's host time between "
                      "calls kept (--host-gaps)")
         extra = []
+        if not gaps.get("kept") and self.options.host_gaps == "on":  # asked for, not kept
+            extra.append(f"host gaps not kept (--host-gaps on): {gaps.get('why', 'unknown')}")
         if record["dataflow_mismatches"]:
             extra.append(f"{record['dataflow_mismatches']} fed inputs replaced by generated "
                          "data (shape or dtype differed)")
