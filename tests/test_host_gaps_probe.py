@@ -88,3 +88,22 @@ def test_host_gaps_asked_for_and_not_kept_are_said_in_the_summary(captured, tmp_
         line = "host gaps not kept (--host-gaps on): the step file has no host gaps"
         said_all = done.stdout + done.stderr
         assert (line in said_all) is said, said_all
+
+
+def test_a_host_step_longer_than_the_step_itself_is_refused(captured, tmp_path):
+    """``real_host_us`` is the host's part of the step (to the step function's return):
+    5 s of it in a 2 ms step made every step-timed replay wait 5 s, and the ledger then set a
+    5 s replay beside a 2 ms real step."""
+    _, step = captured
+    path = _edited(captured, tmp_path, real_host_us=step["real_step_us"] + 5e6)
+    done = run_cli("-c", path, "--replay-step", "--host-gaps", "on", "-w", "0", "-i", "1",
+                   "--output", tmp_path / "r.json")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert f"{step_path(path)}: real_host_us: " in said and "is longer than the step it is " \
+        "part of (real_step_us" in said and "Traceback" not in said
+    assert not (tmp_path / "r.json").exists() or "step_replay" not in (tmp_path / "r.json") \
+        .read_text()
+    # the capture's own rounding (each to 0.1 µs) is no contradiction
+    read_step_file(step_path(_edited(captured, tmp_path, "same",
+                                     real_host_us=step["real_step_us"] + 0.1)))
