@@ -107,3 +107,28 @@ def test_a_host_step_longer_than_the_step_itself_is_refused(captured, tmp_path):
     # the capture's own rounding (each to 0.1 µs) is no contradiction
     read_step_file(step_path(_edited(captured, tmp_path, "same",
                                      real_host_us=step["real_step_us"] + 0.1)))
+
+
+def test_long_waits_are_announced_before_the_step_timed_passes(captured, tmp_path, caplog,
+                                                               monkeypatch):
+    """A step file may ask for a 10-minute host step: the replay spun through it step after
+    step without a word. Now a warning says how long, and how to replay without the waits."""
+    from param_compute.runtime import step_session
+
+    path = _edited(captured, tmp_path)
+    with caplog.at_level("WARNING", logger="param_compute"):
+        assert _measured(path, host_gaps="on", iteration=2)["kept"] is True
+    assert not [r for r in caplog.records if "host gaps waits" in r.getMessage()]
+    monkeypatch.setattr(step_session, "LONG_WAITS_S", 1e-4)  # 0.1 ms: this step's waits
+    with caplog.at_level("WARNING", logger="param_compute"):
+        gaps = _measured(path, host_gaps="on", iteration=2)
+    [said] = [r.getMessage() for r in caplog.records if "host gaps waits" in r.getMessage()]
+    assert f"waits {gaps['added_us'] / 1e6:.1f} s in each of the 2 step-timed steps" in said
+    assert "--host-gaps off replays back to back" in said
+    monkeypatch.undo()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="param_compute"):  # the file's largest
+        step_session._say_long_waits({"added_us": 6e8 - 50.0, "real_host_us": 6e8,
+                                      "replay_host_us": 50.0}, RunOptions(iteration=5))
+    assert "waits 600.0 s in each of the 5 step-timed steps (its host step 600.0 s, the " \
+           "replay's 0.050 ms), about 3000 s in all" in caplog.records[0].getMessage()

@@ -27,6 +27,8 @@ log = logging.getLogger("param_compute")
 FAULT_PASSES = 3
 #: Steps timing the replay's own host step before host gaps are fitted (``--host-gaps``).
 GAP_FIT_STEPS = 3
+#: Host gaps adding this many seconds to the step-timed passes in all are announced first.
+LONG_WAITS_S = 10.0
 
 
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
@@ -72,6 +74,8 @@ def measure(replay, options) -> Dict[str, Any]:
     if replay.wants_gaps:  # the replay's own host step, then the original's gaps fitted to it
         replay.fit_host_gaps(statistics.median(replay.host_step_us()
                                                for _ in range(GAP_FIT_STEPS)))
+        if replay.scheduled:
+            _say_long_waits(replay.gap_fit, options)
     step_ms: List[float] = []
     passes: List[List[float]] = []
     collecting = gc.isenabled()
@@ -124,6 +128,19 @@ def measure(replay, options) -> Dict[str, Any]:
             "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
                               "steps" if host else None,
             "host_gaps": host_gaps(replay, options), "configs": configs}
+
+
+def _say_long_waits(fit: Dict[str, Any], options) -> None:
+    """Warn before the step-timed passes when the host gaps kept make them long (a step file
+    may ask for up to 10 minutes a step): how long, and how to replay without them."""
+    steps = max(1, options.iteration)
+    added_s = fit["added_us"] / 1e6
+    if added_s * steps >= LONG_WAITS_S:
+        log.warning("step replay: keeping the original's host gaps waits %.1f s in each of "
+                    "the %d step-timed steps (its host step %.1f s, the replay's %.3f ms), "
+                    "about %.0f s in all; --host-gaps off replays back to back", added_s,
+                    steps, fit["real_host_us"] / 1e6, fit["replay_host_us"] / 1e3,
+                    added_s * steps)
 
 
 def host_gaps(replay, options) -> Dict[str, Any]:
