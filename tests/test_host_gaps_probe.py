@@ -6,12 +6,13 @@ long wait (``capture.step_file``, ``runtime.step_gaps``, ``runtime.step_session`
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import read_results, run_cli, start_cli
 from param_compute.capture.step_file import read_step_file, step_path
 from param_compute.runtime.options import RunOptions
 
@@ -132,3 +133,29 @@ def test_long_waits_are_announced_before_the_step_timed_passes(captured, tmp_pat
                                       "replay_host_us": 50.0}, RunOptions(iteration=5))
     assert "waits 600.0 s in each of the 5 step-timed steps (its host step 600.0 s, the " \
            "replay's 0.050 ms), about 3000 s in all" in caplog.records[0].getMessage()
+
+
+def test_ctrl_c_in_a_long_wait_stops_the_run_at_once_and_keeps_the_isolated_results(
+        captured, tmp_path):
+    """A 10-minute host step (the bound) kept with --host-gaps on: Ctrl-C during its wait
+    ends the run within seconds, with the isolated records and an interrupted finish line;
+    the summary said "step replay failed: nothing measured"."""
+    path = _edited(captured, tmp_path, real_step_us=6e8, real_host_us=6e8)
+    out = tmp_path / "r.json"
+    process = start_cli("-c", path, "--replay-step", "--host-gaps", "on", "-w", "0", "-i",
+                        "1", "--output", out)
+    deadline = time.monotonic() + 120
+    while "host gaps waits" not in process.stderr_text() and time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr_text()
+        time.sleep(0.05)
+    time.sleep(0.2)  # in the wait now
+    stopped = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - stopped < 10 and process.returncode == 130, stderr
+    assert "waits 600.0 s in each of the 1 step-timed steps" in stderr
+    _, runs, finish = read_results(out)
+    assert len(runs) == 2 and all(r["status"] == "ok" for r in runs)
+    assert finish["interrupted"] == "SIGINT"
+    assert "step replay: interrupted (not recorded)" in stdout + stderr
+    assert "step replay failed" not in stdout + stderr and "Traceback" not in stderr

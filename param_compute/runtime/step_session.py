@@ -227,6 +227,8 @@ class StepReplaySink(RecordSink):
         if self.note:
             return [self.note]
         record = self.record or {}
+        if self.record is None and summary.interrupted:  # stopped in the replay itself
+            return ["step replay: interrupted (not recorded)"]
         if "error" in record or not record.get("stats"):
             return [f"step replay failed: {record.get('error', 'nothing measured')}"]
         line = (f"step replay: {record['stats']['median']:.3f} ms per step (median of "
