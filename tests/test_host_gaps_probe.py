@@ -185,3 +185,38 @@ def test_ledger_shows_host_gaps_only_as_part_of_the_step_they_were_waited_in(gap
     without = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2)], [(5, {"step_replay": {
         "host_gaps": gaps}})])  # no step time: nothing it is part of
     assert without["host_gaps_ms"] is None
+
+
+@pytest.mark.parametrize("fails_at, error", [(1, "ValueError"), (6, "RuntimeError"),
+                                             (10, "KeyError"), (12, "IndexError")])
+def test_capture_run_of_a_step_that_raises_says_so_and_leaves_the_process_as_found(
+        tmp_path, fails_at, error):
+    """A step raising in the warm-up (call 1), in the timing passes (call 6: the unprofiled
+    step took calls 2-4, the in-place timer's set-up pass call 5), in the page-fault passes
+    (call 10) or in the capture (call 12): a message naming the step and the error, exit 1,
+    nothing written; the dispatch
+    mode and the collector as they were. A RuntimeError printed a traceback, a ValueError
+    exit 2 as if the command line were wrong."""
+    import gc
+    import textwrap
+
+    module = f"failing_step_{fails_at}"  # a module of its own: run_cli runs in this process
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(f"""
+        import torch
+        calls = [0]
+        x = torch.randn(4, 4)
+
+        def step():
+            calls[0] += 1
+            torch.relu(x)
+            if calls[0] == {fails_at}:
+                raise {error}("step {fails_at} went wrong")
+    """))
+    spec = tmp_path / "out.json"
+    done = run_cli("--run", f"{module}:step", "-o", spec, module="param_compute.cli.capture",
+                   cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"error: --run {module}:step: the step raised {error}: " in done.stderr
+    assert f"step {fails_at} went wrong" in done.stderr and "Traceback" not in done.stderr
+    assert not spec.exists() and not step_path(spec).exists()
+    assert torch._C._len_torch_dispatch_stack() == 0 and gc.isenabled()

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from param_compute.errors import EXIT_INVALID, OptionsError, SpecError
+from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 
 SHOWN_SKIPS = 10
 
@@ -208,9 +208,17 @@ def _main(args: argparse.Namespace) -> int:
         else:
             _load_namespaces(args.allow_namespace)
             function = load_function(args.run)
-            workload = capture_run(function, args.warmup, args.steps, args.skip_views,
-                                   source=f"--run {args.run}",
-                                   allow_namespaces=args.allow_namespace)
+            try:
+                workload = capture_run(function, args.warmup, args.steps, args.skip_views,
+                                       source=f"--run {args.run}",
+                                       allow_namespaces=args.allow_namespace)
+            except Exception as exc:  # the user's step failed (warm-up, timing or capture)
+                logging.getLogger("param_compute.capture").debug("--run %s", args.run,
+                                                                  exc_info=True)
+                first = (str(exc).splitlines() or [""])[0][:500]
+                print(f"error: --run {args.run}: the step raised {type(exc).__name__}: "
+                      f"{first} (-v: the traceback); nothing written", file=sys.stderr)
+                return EXIT_RUN_FAILED
             workload.target_device = target
     except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
