@@ -220,3 +220,24 @@ def test_capture_run_of_a_step_that_raises_says_so_and_leaves_the_process_as_fou
     assert f"step {fails_at} went wrong" in done.stderr and "Traceback" not in done.stderr
     assert not spec.exists() and not step_path(spec).exists()
     assert torch._C._len_torch_dispatch_stack() == 0 and gc.isenabled()
+
+
+def test_host_gaps_without_a_step_replay_are_refused_not_ignored(captured, tmp_path):
+    """``--host-gaps on`` without ``--replay-step`` ran the isolated configs and kept nothing,
+    without a word."""
+    from param_compute.errors import OptionsError
+
+    spec, _ = captured
+    for mode in ("on", "off"):
+        done = run_cli("-c", spec, "--host-gaps", mode, "-i", "1", "--output",
+                       tmp_path / f"{mode}.json")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"--host-gaps {mode} applies to the step replay: add --replay-step" \
+            in done.stderr and not (tmp_path / f"{mode}.json").exists()
+        with pytest.raises(OptionsError, match="applies to the step replay"):
+            RunOptions.from_json(dict(RunOptions().to_json(), host_gaps=mode)).check()
+    RunOptions(host_gaps="on", replay_step=True).check()
+    RunOptions(host_gaps="off", step_file="s.step.json").check()  # --step implies the replay
+    RunOptions().check()  # auto: nothing asked
+    with pytest.raises(OptionsError, match="--host-gaps must be auto, on or off, got 'ON'"):
+        RunOptions(host_gaps="ON", replay_step=True).check()
