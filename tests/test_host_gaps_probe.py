@@ -241,3 +241,60 @@ def test_host_gaps_without_a_step_replay_are_refused_not_ignored(captured, tmp_p
     RunOptions().check()  # auto: nothing asked
     with pytest.raises(OptionsError, match="--host-gaps must be auto, on or off, got 'ON'"):
         RunOptions(host_gaps="ON", replay_step=True).check()
+
+
+def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
+        captured, tmp_path, monkeypatch):
+    """A torch without ``torch.cuda._sleep`` (``spin_cycles_per_us`` 0): the in-place timer
+    queues no cover and still times each call; a replay clock with ``cover`` but no
+    ``host_elapsed_ms`` gets the first-launch guess (None) before every call."""
+    from test_step_replay import _replay
+    from param_compute.capture import live_timing
+
+    log = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            log.append("record")
+
+        def elapsed_time(self, other):
+            return 0.25
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.delattr(torch.cuda, "_sleep", raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 0.0)
+    with live_timing.CallTimer(events=True) as timer:
+        torch.relu(X)
+        torch.sigmoid(X)
+    assert log == ["record"] * 4 and [t for _, t in timer.resolve()] == [0.25e6, 0.25e6]
+
+    path = _edited(captured, tmp_path)
+    replay = _replay(path, host_gaps="on")
+    replay.checked_pass()
+
+    class CoverOnlyClock:
+        name = "fake_events"
+        covers: list = []
+
+        def stamp(self):
+            return time.perf_counter_ns() / 1e6
+
+        def synchronize(self):
+            return None
+
+        @staticmethod
+        def elapsed_ms(start, end):
+            return end - start
+
+        def cover(self, last_host_us):
+            self.covers.append(last_host_us)
+
+    replay.clock = CoverOnlyClock()
+    times = [0] * len(replay.calls)
+    replay.run_step_timed(times)
+    assert replay.clock.covers == [None] * len(replay.calls) and all(t > 0 for t in times)
