@@ -298,3 +298,19 @@ def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
     times = [0] * len(replay.calls)
     replay.run_step_timed(times)
     assert replay.clock.covers == [None] * len(replay.calls) and all(t > 0 for t in times)
+
+
+def test_capture_summary_says_a_traces_host_time_is_a_profiled_upper_bound(tmp_path):
+    """A trace capture's summary said its host time ran "to the step's return", as a live
+    capture's unprofiled one does: it is the profiled step window, which auto leaves out."""
+    from test_host_gaps_trace import et_trace, kineto_trace
+    from param_compute.capture import capture_execution_trace
+    from param_compute.cli.capture import capture_run
+
+    said = "\n".join(capture_execution_trace(et_trace(), source="et",
+                                             kineto=kineto_trace()).summary_lines())
+    assert "its host time: 2.000 ms (the profiled step window less the profiler's cost: an " \
+           "upper bound, kept by --host-gaps on, not auto;" in said
+    assert "to the step's return" not in said
+    live = "\n".join(capture_run(_step, warmup=1, steps=1, repeats=3).summary_lines())
+    assert "ms (to the step's return; with where the host spent it" in live
