@@ -5,6 +5,8 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #       --platform manylinux2014_x86_64 -d .whl jsonschema jsonschema-specifications \
 #       referencing rpds-py nvtx
+# (.whl is in .git/info/exclude: an ignored path reaches the device machine only when the
+# run names it, carry [".whl"]; without it the script runs with that machine's packages)
 # then, there: bash bench/gpu_session.sh "$OUT"   (about 8 minutes on an H100)
 #
 # 1. bench/replay_models.py on CUDA with batches 8x the CPU ones (the default batches give

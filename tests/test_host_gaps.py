@@ -138,8 +138,12 @@ def test_fitting_spreads_the_missing_host_time_by_the_captured_shape():
     replay, fit = _fitted(step, 400.0)
     assert replay.scheduled and fit["added_us"] == 600.0
     assert replay.waits_ns == [0, 180_000, 360_000] and replay.tail_wait_ns == 60_000
-    replay, _ = _fitted(step, 400.0, failed={2})  # a call left out waits for nothing
-    assert replay.waits_ns == [0, 450_000, 0] and replay.tail_wait_ns == 150_000
+    # a call left out waits for nothing: its gap is waited where the host spent it, before
+    # the next call replayed (here: after the last)
+    replay, _ = _fitted(step, 400.0, failed={2})
+    assert replay.waits_ns == [0, 180_000, 0] and replay.tail_wait_ns == 420_000
+    replay, _ = _fitted(step, 400.0, failed={1})
+    assert replay.waits_ns == [0, 0, 540_000] and replay.tail_wait_ns == 60_000
     replay, fit = _fitted(step, 1200.0)  # the replay's host is slower already
     assert not replay.scheduled and fit["added_us"] == 0.0 and replay.waits_ns == [0, 0, 0]
     replay, _ = _fitted(dict(step, tail_gap_us=0.0, calls=[{}, {}, {}]), 10.0)

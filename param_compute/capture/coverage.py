@@ -92,11 +92,14 @@ def summary_lines(workload) -> List[str]:
         if "real_step_us" in workload.kineto:
             lines.append(f"  real step (unprofiled): {workload.kineto['real_step_us'] / 1e3:.3f}"
                          " ms")
-        host = getattr(getattr(workload, "step", None), "real_host_us", None)
-        if host is not None:
-            lines.append(f"  its host time: {host / 1e3:.3f} ms (to the step's return; with "
-                         "where the host spent it between calls, for --replay-step "
-                         "--host-gaps)")
+        step = getattr(workload, "step", None)
+        host = getattr(step, "real_host_us", None)
+        if host is not None and any("gap_us" in call for call in step.calls):  # as written
+            how = ("the profiled step window less the profiler's cost: an upper bound, kept "
+                   "by --host-gaps on, not auto" if step.real_host_from == "profiled"
+                   else "to the step's return")
+            lines.append(f"  its host time: {host / 1e3:.3f} ms ({how}; with where the host "
+                         "spent it between calls, for --replay-step --host-gaps)")
         cost = workload.kineto.get("profiler_cost")
         if cost:
             lines.append(f"  profiler cost subtracted: {cost['per_call_us']:.2f} µs per "

@@ -19,7 +19,8 @@ Format (``version`` 1)::
                 "hold": [[OUT, UNTIL], ...]}, ...],  # optional: outputs kept past their last
                                                   # reader: until call UNTIL, -1: the step's end
      "real_step_us": 1234.5,              # optional: the unprofiled step (live capture)
-     "real_host_us": 1100.0,              # its host time (required with gap_us)
+     "real_host_us": 1100.0,              # its host time (required with gap_us; at most
+                                          # real_step_us where both are given)
      "real_host_from": "unprofiled",      # how: "unprofiled" (live) or "profiled" (a trace's,
                                           # an upper bound; --host-gaps auto leaves it)
      "tail_gap_us": 35.0,                 # optional: host time after the last call (shape)
@@ -208,6 +209,11 @@ def _schedule_problems(data: Dict[str, Any], calls: List[Any]) -> List[Problem]:
     elif not _number(end) or end > MAX_HOST_STEP_US:
         out.append(Problem(("real_host_us",), f"must be a number from 0 to "
                            f"{MAX_HOST_STEP_US:.0f} (µs: 10 minutes)"))
+    elif _number(data.get("real_step_us")) and end > data["real_step_us"] + 1:
+        # the host's part of the step (to its return) cannot outlast the step: a replay
+        # keeping it would wait past the real step
+        out.append(Problem(("real_host_us",), f"{end:g} µs is longer than the step it is part "
+                           f"of (real_step_us {data['real_step_us']:g})"))
     return out
 
 

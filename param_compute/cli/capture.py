@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from param_compute.errors import EXIT_INVALID, OptionsError, SpecError
+from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 
 SHOWN_SKIPS = 10
 
@@ -178,8 +178,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         logger.setLevel(logging.DEBUG)
     try:
         return _main(args)
+    except StepRaised as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED
     finally:
         logger.removeHandler(handler)
+
+
+class StepRaised(Exception):
+    """``--run``: the user's step raised (in the warm-up, the timing passes or the capture)."""
+
+
+def _live_workload(args: argparse.Namespace):
+    """``--run``: the step timed and captured (``capture_run``); ``StepRaised`` where the
+    user's step raised, its traceback logged at debug level (``-v``)."""
+    _load_namespaces(args.allow_namespace)
+    function = load_function(args.run)
+    try:
+        return capture_run(function, args.warmup, args.steps, args.skip_views,
+                           source=f"--run {args.run}", allow_namespaces=args.allow_namespace)
+    except Exception as exc:
+        logging.getLogger("param_compute.capture").debug("--run %s", args.run, exc_info=True)
+        first = (str(exc).splitlines() or [""])[0][:500]
+        raise StepRaised(f"--run {args.run}: the step raised {type(exc).__name__}: {first} "
+                         "(-v: the traceback); nothing written") from None
 
 
 def check_capture_outputs(args: argparse.Namespace) -> None:
@@ -206,11 +228,7 @@ def _main(args: argparse.Namespace) -> int:
                 allow_namespaces=args.allow_namespace, kineto=args.kineto,
                 target_device=target, max_trace_bytes=args.max_trace_bytes)
         else:
-            _load_namespaces(args.allow_namespace)
-            function = load_function(args.run)
-            workload = capture_run(function, args.warmup, args.steps, args.skip_views,
-                                   source=f"--run {args.run}",
-                                   allow_namespaces=args.allow_namespace)
+            workload = _live_workload(args)
             workload.target_device = target
     except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,9 +1,10 @@
-"""A run option's JSON value checked against its field's type (``RunOptions.from_json``)."""
+"""A run option's value checked: its JSON against its field's type (``RunOptions.from_json``),
+and ``--host-gaps`` against the run it is given to (``RunOptions.check``)."""
 
 from __future__ import annotations
 
 import typing
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from param_compute.errors import OptionsError
 from param_compute.runtime.timing import ExecMode
@@ -34,6 +35,17 @@ def typed_value(value: Any, hint: Any, where: str) -> Any:
                str: "text"}.get(k, "a list of text" if typing.get_origin(k) is tuple
                                 else getattr(k, "__name__", str(k)))) for k in allowed]
     return _fail(where, " or ".join(names), value)
+
+
+def host_gaps_refusal(mode: Any, replay_step: bool) -> Optional[str]:
+    """Why ``--host-gaps`` cannot be ``mode`` here (None: it can): one of auto, on, off, and
+    on or off only with ``--replay-step`` (the only replay that keeps them), never ignored."""
+    if mode not in ("auto", "on", "off"):
+        return f"--host-gaps must be auto, on or off, got {mode!r}"
+    if mode != "auto" and not replay_step:
+        return (f"--host-gaps {mode} applies to the step replay: add --replay-step (or --step "
+                "FILE)")
+    return None
 
 
 def _fail(where: str, expected: str, value: Any) -> Any:

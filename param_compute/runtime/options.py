@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 from param_compute.errors import OptionsError
 from param_compute.runtime.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
-from param_compute.runtime.option_values import typed_value
+from param_compute.runtime.option_values import host_gaps_refusal, typed_value
 from param_compute.runtime.timing import ExecMode
 
 
@@ -274,7 +274,8 @@ class RunOptions:
                                f"{self.warmup_time}")
         why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
             or measuring_refusal(
-            self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples)
+            self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples) \
+            or host_gaps_refusal(self.host_gaps, self.replay_step)
         if why is not None:
             raise OptionsError(why)
         if self.verify not in (None, "eager", "fp64"):
@@ -293,8 +294,6 @@ class RunOptions:
                                f"{self.max_memory!r}")
         if self.cuda_graph and self.backward:
             raise OptionsError("--cuda-graph replays the forward pass only; drop -b/--backward")
-        if self.host_gaps not in ("auto", "on", "off"):
-            raise OptionsError(f"--host-gaps must be auto, on or off, got {self.host_gaps!r}")
         if self.cold not in (None, "rotate", "flush", "both"):
             raise OptionsError(f"--cold must be rotate, flush or both, got {self.cold!r}")
         if self.cold in ("flush", "both") and self.exec_mode is not ExecMode.DISCRETE:

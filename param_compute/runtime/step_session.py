@@ -27,6 +27,8 @@ log = logging.getLogger("param_compute")
 FAULT_PASSES = 3
 #: Steps timing the replay's own host step before host gaps are fitted (``--host-gaps``).
 GAP_FIT_STEPS = 3
+#: Host gaps adding this many seconds to the step-timed passes in all are announced first.
+LONG_WAITS_S = 10.0
 
 
 def find_step_file(spec_path: Path, step_file: Optional[Path]) -> Path:
@@ -72,6 +74,8 @@ def measure(replay, options) -> Dict[str, Any]:
     if replay.wants_gaps:  # the replay's own host step, then the original's gaps fitted to it
         replay.fit_host_gaps(statistics.median(replay.host_step_us()
                                                for _ in range(GAP_FIT_STEPS)))
+        if replay.scheduled:
+            _say_long_waits(replay.gap_fit, options)
     step_ms: List[float] = []
     passes: List[List[float]] = []
     collecting = gc.isenabled()
@@ -126,6 +130,19 @@ def measure(replay, options) -> Dict[str, Any]:
             "host_gaps": host_gaps(replay, options), "configs": configs}
 
 
+def _say_long_waits(fit: Dict[str, Any], options) -> None:
+    """Warn before the step-timed passes when the host gaps kept make them long (a step file
+    may ask for up to 10 minutes a step): how long, and how to replay without them."""
+    steps = max(1, options.iteration)
+    added_s = fit["added_us"] / 1e6
+    if added_s * steps >= LONG_WAITS_S:
+        log.warning("step replay: keeping the original's host gaps waits %.1f s in each of "
+                    "the %d step-timed steps (its host step %.1f s, the replay's %.3f ms), "
+                    "about %.0f s in all; --host-gaps off replays back to back", added_s,
+                    steps, fit["real_host_us"] / 1e6, fit["replay_host_us"] / 1e3,
+                    added_s * steps)
+
+
 def host_gaps(replay, options) -> Dict[str, Any]:
     """What the step-timed passes did about the original's host time between calls."""
     end = replay.step.get("real_host_us")
@@ -138,8 +155,7 @@ def host_gaps(replay, options) -> Dict[str, Any]:
     why = ("the step file has no host gaps (capture --run writes them, and --from-et with a "
            "Kineto trace's step window)" if end is None
            else "--host-gaps off" if options.host_gaps == "off"
-           else "the replay's own host step is as long as the original's already"
-           if replay.wants_gaps
+           else (replay.gap_fit or {}).get("why", "not fitted") if replay.wants_gaps
            else "on the host the time between calls is the framework's own work: "
                 "--host-gaps on to keep it" if host
            else "the trace's host step is a profiled one (an upper bound: the profiler's "
@@ -211,6 +227,8 @@ class StepReplaySink(RecordSink):
         if self.note:
             return [self.note]
         record = self.record or {}
+        if self.record is None and summary.interrupted:  # stopped in the replay itself
+            return ["step replay: interrupted (not recorded)"]
         if "error" in record or not record.get("stats"):
             return [f"step replay failed: {record.get('error', 'nothing measured')}"]
         line = (f"step replay: {record['stats']['median']:.3f} ms per step (median of "
@@ -223,6 +241,8 @@ class StepReplaySink(RecordSink):
             line += (f"; {gaps['added_us'] / 1e3:.3f} ms of the original's host time between "
                      "calls kept (--host-gaps)")
         extra = []
+        if not gaps.get("kept") and self.options.host_gaps == "on":  # asked for, not kept
+            extra.append(f"host gaps not kept (--host-gaps on): {gaps.get('why', 'unknown')}")
         if record["dataflow_mismatches"]:
             extra.append(f"{record['dataflow_mismatches']} fed inputs replaced by generated "
                          "data (shape or dtype differed)")
