@@ -597,16 +597,26 @@ def test_live_timing_counts_each_calls_page_faults(tmp_path):
     assert seen["step"]["aten::relu"] < 0.05 * pages
 
 
+FRESH_STEP = """
+import torch
+
+x = torch.randn(64, 64)
+
+
+def step():
+    torch.relu(torch.ones({floats}))
+    torch.relu(x)
+"""
+
+
 def test_step_replay_counts_page_faults_beside_the_originals(tmp_path):
-    from param_compute.cli.capture import capture_run
-
-    x = torch.randn(64, 64)
-
-    def step():
-        torch.relu(torch.ones(FRESH_FLOATS))
-        torch.relu(x)
-
-    path, _ = capture_run(step, warmup=1, steps=1, repeats=2).write(tmp_path / "s.json")
+    (tmp_path / "fresh_step.py").write_text(FRESH_STEP.format(floats=FRESH_FLOATS))
+    path = tmp_path / "s.json"
+    # the capture in a process of its own too: in a long-lived test worker the allocator's
+    # history decides which memory a call gets (CI once saw the original's count short)
+    done = run_cli("--run", "fresh_step:step", "-o", path, module="param_compute.capture",
+                   cwd=tmp_path, forked=True)
+    assert done.returncode == 0, done.stderr
     out = tmp_path / "r.json"
     # a process of its own: which memory the allocator recycles is the process's history
     done = run_cli("-c", path, "--replay-step", "-w", "1", "-i", "2", "--max-memory", "none",
