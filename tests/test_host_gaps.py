@@ -261,3 +261,20 @@ def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(m
     host_us = (timer.spans[0][1] - timer.spans[0][0]) / 1e3
     assert second == int(launch_cover_us(host_us) * 2.0)
     assert [t for _, t in timer.resolve()] == [0.5e6, 0.5e6] and log[-1] == ("sync",)
+
+
+def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
+    """On a device too, a pass counting page faults only calls and counts: no event pair, no
+    spin kernel (they would only queue work); its times are nobody's."""
+    from param_compute.capture import live_timing
+
+    queued = []
+    monkeypatch.setattr(torch.cuda, "Event", lambda **kw: queued.append("event"))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: queued.append("sleep"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 2.0)
+    with live_timing.CallTimer(events=True, count_faults=True) as timer:
+        torch.relu(torch.ones(4))
+    assert queued == [] and len(timer.faults) == 2
+    assert [str(func) for func, _ in timer.resolve()] == ["aten.ones.default",
+                                                          "aten.relu.default"]

@@ -52,6 +52,8 @@ class CallTimer(TorchDispatchMode):
     before the call's kernel was even launched, and the pair time the launch."""
 
     def __init__(self, events: bool = False, count_faults: bool = False):
+        """``count_faults``: count each call's minor page faults instead of timing it (on
+        the host, whatever ``events`` says)."""
         super().__init__()
         self.calls: List[Any] = []
         #: minor page faults of each call, in order (``count_faults``: a pass counting them,
@@ -73,12 +75,17 @@ class CallTimer(TorchDispatchMode):
         # An aten overload through its C++ entry, as the step replay calls it: the Python
         # frame of ``OpOverload.__call__`` is nothing the original step paid.
         call = func._op if type(func) is OpOverload else func
+        if self.count_faults:  # a counting pass: no clock (its system calls sit around)
+            faults = minor_faults()
+            out = call(*args, **kwargs)
+            self.faults.append(minor_faults() - faults)
+            self.calls.append((func, 0))
+            return out
         if self.events:
             import torch
 
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
-            faults = minor_faults() if self.count_faults else 0
             if self._spin:  # the GPU busy while the host records and launches
                 torch.cuda._sleep(int(launch_cover_us(self._last_host_us) * self._spin))
             start.record()
@@ -88,17 +95,9 @@ class CallTimer(TorchDispatchMode):
             end.record()
             self.spans.append((began, ended))
             self._last_host_us = (ended - began) / 1e3
-            if self.count_faults:
-                self.faults.append(minor_faults() - faults)
             self.calls.append((func, (start, end)))
             return out
         clock = time.perf_counter_ns
-        if self.count_faults:
-            faults = minor_faults()
-            out = call(*args, **kwargs)
-            self.faults.append(minor_faults() - faults)
-            self.calls.append((func, 0))
-            return out
         start = clock()
         out = call(*args, **kwargs)
         elapsed = clock() - start
@@ -108,7 +107,7 @@ class CallTimer(TorchDispatchMode):
 
     def resolve(self) -> List[Any]:
         """(func, ns) per call, event pairs read (after synchronizing) where used."""
-        if not self.events:
+        if not self.events or self.count_faults:
             return self.calls
         import torch
 
@@ -203,18 +202,19 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
 
 def _count_faults(function: Callable[[], object], steps: int,
                   events: bool) -> Dict[str, List[float]]:
-    """op -> each call's minor page faults, the median over ``FAULT_PASSES`` steps."""
+    """op -> each call's minor page faults (host memory), the median over ``FAULT_PASSES``
+    steps: no clock, no events, no launch cover (on a device those would only queue work)."""
     runs = []
     for _ in range(FAULT_PASSES):
         counts: Dict[str, List[float]] = defaultdict(list)
         for _ in range(steps):
-            timer = CallTimer(events, count_faults=True)
+            timer = CallTimer(count_faults=True)
             with timer:
                 function()
             for (func, _), count in zip(timer.calls, timer.faults):
                 counts[str(func)].append(count)
         runs.append(counts)
-    if events:  # the event pairs recorded are not read: let them complete
+    if events:  # a device step's work drained before anything else is timed
         import torch
 
         torch.cuda.synchronize()
