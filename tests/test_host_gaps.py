@@ -278,3 +278,30 @@ def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
     assert queued == [] and len(timer.faults) == 2
     assert [str(func) for func, _ in timer.resolve()] == ["aten.ones.default",
                                                           "aten.relu.default"]
+
+
+@pytest.mark.parametrize("real_us, kept, outside, noted", [
+    (4000.0, False, 3.0, True),    # 75% of the step outside the ops, not replayed: said
+    (4000.0, True, 3.0, False),    # kept by --host-gaps: nothing to explain
+    (1050.0, False, 0.05, False),  # 5%: under the share worth a word
+    (900.0, False, None, False),   # the ops read longer than the step (timer cost): no number
+    (None, False, None, False),    # no real step: nothing to set them against
+])
+def test_ledger_shows_the_real_steps_time_outside_its_ops(real_us, kept, outside, noted):
+    from test_step_replay import _record
+    from param_compute.results.ledger import build_ledger, format_ledger, ledger_section
+
+    line = {"step_replay": {"stats": {"median": 1.5}, "configs": {},
+                            "host_gaps": {"kept": kept, "added_us": 500.0 if kept else 0.0}}}
+    if real_us is not None:
+        line["step_replay"]["real_step_us"] = real_us
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 0.4, 2, original=500.0)], [(5, line)],
+                          {"device": "cpu"})
+    assert ledger["original_ms"] == pytest.approx(1.0)
+    assert ledger["outside_ops_ms"] == (pytest.approx(outside) if outside else None)
+    text, html = format_ledger(ledger), ledger_section(ledger)
+    assert ("real step outside its ops" in text) is (outside is not None)
+    assert ("real step outside its ops" in html) is (outside is not None)
+    assert ("75% of the real step is outside its ops" in text) is noted
+    assert ("--host-gaps on keeps it" in html) is noted
+    assert all(len(row) < 200 for row in text.splitlines())

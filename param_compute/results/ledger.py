@@ -35,11 +35,11 @@ from param_compute.plan.runkey import key_of
 
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
 AGREE = 1.25
-#: Op name parts whose time depends on the values of index or integer data.
 #: Calls shorter than this (µs, in the original) are the in-place timer's to perturb.
 SMALL_CALL_US = 25.0
 #: Page faults per step that make a difference (4 MiB of first touches: about a millisecond).
 FAULT_PAGES = 1024
+#: Op name parts whose time depends on the values of index or integer data.
 DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "nll_loss",
             "unique", "bincount", "one_hot", "sort", "topk", "ctc")
 
@@ -241,6 +241,9 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
     added = measured(gaps.get("added_us")) if gaps.get("kept") is True else None
     if added is not None and (in_step is None or added / 1e3 > in_step * 1.001 + 1e-3):
         added = None  # "of it": the waits are part of every step timed whole
+    real_us = measured(step.get("real_step_us"))
+    real_ms = real_us / 1e3 if real_us else None
+    outside = real_ms - original_ms if real_ms and original_ms and real_ms > original_ms else None
     return {
         "in_step_ms": in_step,
         "host_gaps_ms": added / 1e3 if added is not None else None,
@@ -250,8 +253,9 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
         "isolated_ms": total("isolated_ms"),
         "original_ms": original_ms,
         "original_captured_ms": captured_ms if original_ms else None,
-        "real_step_ms": measured(step.get("real_step_us")) / 1e3
-        if measured(step.get("real_step_us")) else None,
+        "real_step_ms": real_ms,
+        "outside_ops_ms": outside,
+        "host_gaps_kept": gaps.get("kept") is True,
         "covered_fraction": _ratio(captured_ms, original_ms),
         "original_side": side,
         "step_replay": {key: _calls(step[key]) if key != "error" else printable(step[key])[:500]
@@ -261,6 +265,22 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
         "not_captured": missing,
         "ops": rows,
     }
+
+
+#: The share of the real step outside its ops from which the ledger says why (10%).
+OUTSIDE_SHARE = 0.10
+
+
+def outside_note(ledger: Dict[str, Any]) -> Optional[str]:
+    """Why the in-step replay falls short of the real step when the step's time outside its
+    ops is large and the replay did not keep the original's host gaps; None otherwise."""
+    outside, real = ledger.get("outside_ops_ms"), ledger.get("real_step_ms")
+    if outside is None or not real or outside < OUTSIDE_SHARE * real \
+            or ledger.get("host_gaps_kept"):
+        return None
+    return (f"{100 * outside / real:.0f}% of the real step is outside its ops (framework work "
+            "between calls, or a device waiting on its host): not replayed; --host-gaps on "
+            "keeps it")
 
 
 def _ms(value: Optional[float]) -> str:
@@ -300,9 +320,14 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
         lines.append(f"  {label:<36} {_ms(ledger[key]):>12}")
     if ledger["covered_fraction"] is not None:
         lines.append(f"  {'covered by the capture':<36} {100 * ledger['covered_fraction']:>11.1f}%")
+    if ledger.get("outside_ops_ms") is not None:
+        lines.append(f"  {'real step outside its ops':<36} {_ms(ledger['outside_ops_ms']):>12}")
     if ledger["real_step_ms"] and ledger["in_step_ms"]:
         lines.append(f"  {'in-step / real step':<36} "
                      f"{_x(_ratio(ledger['in_step_ms'], ledger['real_step_ms'])):>12}")
+    note = outside_note(ledger)
+    if note:
+        lines.append(f"  ({note})")
     touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
     if any(count is not None and count >= FAULT_PAGES for count in touched):
         lines.append(f"  {'first touches a step, orig / in-step':<36} "
@@ -349,8 +374,12 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
                            ("of it, host gaps kept (--host-gaps)", "host_gaps_ms"),
                            ("isolated replay, Σ median × count", "isolated_ms"),
                            ("original op time", "original_ms"),
-                           ("original op time captured", "original_captured_ms"))
-        if key != "host_gaps_ms" or ledger.get(key) is not None)
+                           ("original op time captured", "original_captured_ms"),
+                           ("real step outside its ops", "outside_ops_ms"))
+        if key not in ("host_gaps_ms", "outside_ops_ms") or ledger.get(key) is not None)
+    note = outside_note(ledger)
+    if note:
+        totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
     faults = has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
             "isolated / original", "isolated / in-step") \
