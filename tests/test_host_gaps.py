@@ -114,6 +114,14 @@ def test_replay_keeps_the_gaps_only_where_asked_and_says_so(tmp_path):
     assert json.loads(totals.stdout)["host_gaps_ms"] == pytest.approx(kept["added_us"] / 1e3)
     text = run_cli(tmp_path / "on.json", module="param_compute.workload_totals").stdout
     assert "of it, host gaps kept (--host-gaps)" in text
+    for mode, kept_line in (("on", True), ("auto", False)):  # the HTML report's step totals
+        html = tmp_path / f"{mode}.html"
+        done = run_cli(tmp_path / f"{mode}.json", "-o", html, module="param_compute.report")
+        assert done.returncode == 0, done.stderr
+        totals = html.read_text().split("<h2>Step totals</h2>")[1].split("</dl>")[0]
+        assert ("of it, the original&#x27;s host gaps kept" in totals) is kept_line
+        # the spins are the real step's time outside its two small ops
+        assert "real step outside its ops" in totals
 
 
 class _FakeCall:

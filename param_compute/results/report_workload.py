@@ -51,7 +51,9 @@ def _totals(totals: WorkloadTotals, ledger: Dict[str, Any]) -> str:
     for label, key in (("original step, op time", "original_ms"),
                        ("original op time captured", "original_captured_ms"),
                        ("in-step replay (step replayed in order)", "in_step_ms"),
-                       ("real step (unprofiled)", "real_step_ms")):
+                       ("of it, the original's host gaps kept", "host_gaps_ms"),
+                       ("real step (unprofiled)", "real_step_ms"),
+                       ("real step outside its ops", "outside_ops_ms")):
         if ledger.get(key) is not None:
             items.append((label, f"{ledger[key]:.3f} ms"))
     if ledger.get("covered_fraction") is not None:
