@@ -58,7 +58,7 @@ MAX_INDEX = 2**31
 MAX_NAME_CHARS = 128
 #: The largest time (us) or page count a call or step may hold (31 years; 4 EB of pages).
 MAX_NUMBER = 1e15
-#: The longest host step a launch schedule may ask a replay to keep to (10 minutes).
+#: The longest host step (µs) a step file may ask a replay keeping host gaps to take (10 min).
 MAX_HOST_STEP_US = 6e8
 #: How a step file's ``real_host_us`` was timed.
 HOST_TIMINGS = ("unprofiled", "profiled")

@@ -226,14 +226,14 @@ class RunOptions:
              "in-step time go into a step_replay line")
     step_file: Optional[str] = flag("--step", default=None, type=str, metavar="FILE",
                                     help="the step file for --replay-step (implies it)")
-    #: Keep the captured launch schedule in the step replay's step-timed passes ("on"), or
-    #: replay back to back ("off"); "auto": on a device only (``runtime.step_replay``).
+    #: Keep the original host's time between calls in the step replay's step-timed passes
+    #: ("on"), or replay back to back ("off"); "auto": on a device (``runtime.step_gaps``).
     host_gaps: str = flag(
         "--host-gaps", default="auto", choices=["auto", "on", "off"],
-        help="--replay-step: keep the original's host time between calls (each call starts "
-             "no earlier than it did in the captured step, the step ends no earlier than its "
-             "host time): on a device, launches then come when the original's host issued "
-             "them. auto (default): on for a device, off on the host, where that time is the "
+        help="--replay-step: keep the original host's time between calls (its host step less "
+             "the replay's, waited before the calls where the capture saw it): on a device, "
+             "launches then come at the original host's pace. auto (default): on a device, "
+             "for an unprofiled host time; off on the host, where that time is the "
              "framework's own work and not the ops' (the ledger shows it)")
 
     def __post_init__(self) -> None:
