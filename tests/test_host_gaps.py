@@ -197,6 +197,24 @@ def test_host_gaps_option_is_checked_and_carried_in_the_json_form():
     assert RunOptions.from_json(RunOptions(host_gaps="on").to_json()).host_gaps == "on"
 
 
+class HostReadingClock:
+    """A fake device clock (no ``cover``) whose stamps read the host clock, in ms."""
+    name = "fake_events"
+
+    def reserve(self, count):
+        return None
+
+    def stamp(self):
+        return time.perf_counter_ns() / 1e6
+
+    def synchronize(self):
+        return None
+
+    @staticmethod
+    def elapsed_ms(start, end):
+        return end - start
+
+
 def test_on_a_device_only_step_timed_passes_wait_and_the_device_interval_holds_the_waits(
         tmp_path):
     """The CUDA seam, with a fake device clock reading the host clock: a step timed whole
@@ -207,22 +225,6 @@ def test_on_a_device_only_step_timed_passes_wait_and_the_device_interval_holds_t
     _captured(tmp_path)
     replay = _replay(tmp_path / "s.json", host_gaps="on")
     replay.checked_pass()
-
-    class HostReadingClock:
-        name = "fake_events"
-
-        def reserve(self, count):
-            return None
-
-        def stamp(self):
-            return time.perf_counter_ns() / 1e6
-
-        def synchronize(self):
-            return None
-
-        @staticmethod
-        def elapsed_ms(start, end):
-            return end - start
 
     replay.clock = HostReadingClock()
     fit = replay.fit_host_gaps(replay.host_step_us())

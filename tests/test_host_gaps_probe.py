@@ -277,19 +277,10 @@ def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
     replay = _replay(path, host_gaps="on")
     replay.checked_pass()
 
-    class CoverOnlyClock:
-        name = "fake_events"
+    from test_host_gaps import HostReadingClock
+
+    class CoverOnlyClock(HostReadingClock):  # a cover, but no host times to judge it by
         covers: list = []
-
-        def stamp(self):
-            return time.perf_counter_ns() / 1e6
-
-        def synchronize(self):
-            return None
-
-        @staticmethod
-        def elapsed_ms(start, end):
-            return end - start
 
         def cover(self, last_host_us):
             self.covers.append(last_host_us)
