@@ -20,7 +20,7 @@ beside the original's where the step file has them, next to the isolated records
 
 Host gaps (``--host-gaps``, on a device by default): the replay times its own host step, then
 spreads what the original's (``real_host_us``) took more over the gaps where its host spent
-it (``gap_us``, ``tail_gap_us``: a live capture's shape), waiting before each call in the
+it (``gap_us``, ``tail_gap_us``: the capture's shape), waiting before each call in the
 step-timed passes only (``fit_host_gaps``): launches come at the original host's pace, and a
 step whose host fell behind its device leaves the device idle, as the original did.
 """
@@ -85,9 +85,8 @@ class StepReplay:
         self.carried: List[int] = []
         self.held = 0  # outputs kept past their last reader (``hold`` in the step file)
         self._plan: Optional[List[Tuple[Any, ...]]] = None  # ``_compiled``
-        #: Host gaps (``--host-gaps``): wanted (the step file has them and the mode asks),
-        #: then fitted (``fit_host_gaps``): ns to wait before each call and after the last.
-        self.wants_gaps = False
+        #: Host gaps (``--host-gaps``), once fitted (``fit_host_gaps``): ns to wait before
+        #: each call and after the last.
         self.scheduled = False
         self.waits_ns: List[int] = [0] * len(step["calls"])
         self.tail_wait_ns = 0
@@ -95,7 +94,7 @@ class StepReplay:
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
-        mode = options.host_gaps
+        mode = options.host_gaps  # wanted: the step file has them and the mode asks
         self.wants_gaps = self.step.get("real_host_us") is not None and (mode == "on" or (
             mode == "auto" and getattr(self.clock, "name", "") != "host"
             and self.step.get("real_host_from") != "profiled"))
