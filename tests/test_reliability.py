@@ -75,8 +75,9 @@ def test_isolated_records_equal_in_process_records():
     inline = param_compute.run(spec, iteration=3).records[0]
     isolated = param_compute.run(spec, iteration=3, isolate=True).records[0]
     assert isolated["status"] == inline["status"] == "ok"
-    # "noisy" is added only when a sample's spread is high, which depends on the machine's load.
-    measured_keys = {"noisy"}
+    # "noisy" (a sample's spread is high) and "disturbed" (another process took the core
+    # while measuring) depend on the machine's load, not on where the config ran.
+    measured_keys = {"noisy", "disturbed"}
     assert set(isolated) - measured_keys == set(inline) - measured_keys
     assert isolated["config"] == inline["config"]
     assert isolated["throughput"]["forward"]["flops"] == inline["throughput"]["forward"]["flops"]
