@@ -19,8 +19,9 @@ from rich.table import Table
 import param_compute
 from param_compute.capture import capture_execution_trace
 from param_compute.capture.sample import smallest_per_op
-from param_compute.capture.trace_io import read_execution_trace
-from param_compute.results.workload_totals import WorkloadTotals, comparison_rows, format_comparison
+from param_compute.capture.trace.files import read_execution_trace
+from param_compute.analysis.workload_totals import comparison_rows, format_comparison
+from param_compute.results.totals import WorkloadTotals
 
 #: trace file -> its Kineto trace, where one was recorded in the same process.
 TRACES = {"resnet_et.json.gz": None, "resnet_1gpu_et.json.tar.gz": None,

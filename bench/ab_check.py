@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from param_compute.results.comparison import compare_files  # noqa: E402
+from param_compute.analysis.comparison import compare_files  # noqa: E402
 from param_compute.results.file import read_results  # noqa: E402
 
 SIZES = [[64, 64], [128, 128], [256, 256], [128, 512]]

@@ -57,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import param_compute
 from param_compute.capture import capture_execution_trace, capture_ops
-from param_compute.results.workload_totals import WorkloadTotals
+from param_compute.results.totals import WorkloadTotals
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 REPLAY_OK = 0.95

@@ -43,7 +43,8 @@ from torch import nn
 from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
 
 from param_compute.results.file import read_results
-from param_compute.results.workload_totals import WorkloadTotals, comparison_rows
+from param_compute.analysis.workload_totals import comparison_rows
+from param_compute.results.totals import WorkloadTotals
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 COVERED = 0.95

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 import param_compute  # noqa: E402
 from param_compute.cli.history import main as history  # noqa: E402
-from param_compute.results.compare import main as compare  # noqa: E402
+from param_compute.analysis.compare import main as compare  # noqa: E402
 
 NAP = textwrap.dedent("""
     import os

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from param_compute.capture.live_timing import time_ops_in_place, time_step  # noqa: E402
+from param_compute.capture.live.timing import time_ops_in_place, time_step  # noqa: E402
 from param_compute.cli.capture import capture_run  # noqa: E402
 
 

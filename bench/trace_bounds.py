@@ -25,9 +25,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from param_compute.capture import trace_io
+from param_compute.capture.trace import files as trace_io
 from param_compute.capture.accounting import TraceError
-from param_compute.capture.trace_check import check_execution_trace
+from param_compute.capture.trace.check import check_execution_trace
 
 
 def _generated_nodes(count: int):

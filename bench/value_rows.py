@@ -3,8 +3,8 @@
 The real side is Adam's ``exp_avg_sq`` of a 10000 x 256 embedding table after one step in
 which 600 rows at random places (6%) were looked up: the other rows stay exactly 0 (94% zeros,
 all of them in whole rows). Its ``value_profile`` is captured as a live capture would
-(``capture.value_profile``), and the replay's tensor is generated from it by the default data
-generator (``runtime.data``, seeded as a run is) twice: with the captured ``zero_rows`` and
+(``capture.live.value_profile``), and the replay's tensor is generated from it by the default data
+generator (``data.generator``, seeded as a run is) twice: with the captured ``zero_rows`` and
 with that key dropped (zeros scattered element by element, as before it existed). Each side
 is timed as ``torch.sqrt(x)`` with torch.utils.benchmark at one thread, the sides interleaved
 round by round, each round gated on a free core (``wait_quiet``), medians over rounds.
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from _common import median, pin_threads, print_table, torch_ms, verdict, wait_quiet  # noqa: E402
-from param_compute.capture.value_profile import value_profile  # noqa: E402
-from param_compute.runtime.data import materialize, seed_generators  # noqa: E402
+from param_compute.capture.live.value_profile import value_profile  # noqa: E402
+from param_compute.data.generator import materialize, seed_generators  # noqa: E402
 
 ROWS, WIDTH, TOUCHED = 10000, 256, 600
 TOLERANCE = 0.15

@@ -10,7 +10,7 @@ from param_compute.runtime.options import RunOptions
 from param_compute.plugins.registry import (register_config_iterator, register_data_generator,
                                             register_operator, register_operators,
                                             register_unavailable_operators)
-from param_compute.runtime.timing import ExecMode
+from param_compute.measure.timing import ExecMode
 
 
 def run(spec, options=None, workloads_dirs=(), sinks=(), **keywords):

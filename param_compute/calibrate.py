@@ -1,8 +1,8 @@
-"""``python -m param_compute.calibrate``: the entry point (the code: ``runtime.calibrate``)."""
+"""``python -m param_compute.calibrate``: the entry point (the code: ``measure.calibrate``)."""
 
 import sys
 
-from param_compute.runtime.calibrate import main
+from param_compute.measure.calibrate import main
 from param_compute.process.entry import run
 
 if __name__ == "__main__":

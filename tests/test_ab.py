@@ -9,10 +9,10 @@ import pytest
 
 from conftest import run_cli, write_spec
 from param_compute.cli.ab import round_plan
-from param_compute.results.comparison import compare_files
+from param_compute.analysis.comparison import compare_files
 from param_compute.results.file import read_results, write_results
-from param_compute.results.rounds import join_records
-from param_compute.results.significance import compare_samples
+from param_compute.analysis.rounds import join_records
+from param_compute.analysis.significance import compare_samples
 
 AB = "param_compute.cli.ab"
 TINY = {"torch.add": {

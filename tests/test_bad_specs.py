@@ -18,7 +18,7 @@ import pytest
 from conftest import run_cli
 from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
 from param_compute.plan.runplan import plan_runs
-from param_compute.runtime.session import Toolchain
+from param_compute.runtime.toolchain import Toolchain
 
 BAD_SPECS = Path(__file__).resolve().parent / "bad_specs"
 SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "param-configs"

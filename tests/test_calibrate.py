@@ -8,12 +8,12 @@ import json
 import pytest
 
 import param_compute
-import param_compute.runtime.calibrate as calibrate_module
+import param_compute.measure.calibrate as calibrate_module
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
-from param_compute.results.roofline import roofline_svg
+from param_compute.analysis.roofline import roofline_svg
 from param_compute.results.targets import evaluate_target
 from param_compute.results.utilization import percent_of_peak, utilization
-from param_compute.runtime.peaks import cache_path, machine_key, read_cache
+from param_compute.measure.peaks import cache_path, machine_key, read_cache
 
 
 @pytest.fixture(autouse=True)

@@ -23,14 +23,14 @@ from param_compute.capture.param_form import (ENUM_CODES, noted_configs, param_f
                                               to_param_form)
 from param_compute.capture.schema_args import is_view_op, schema_arguments
 from param_compute.results.sinks.console import ConsoleReporter
-from param_compute.runtime.data import materialize
+from param_compute.data.generator import materialize
 from param_compute.results.sinks.base import RunSummary
 from param_compute.errors import SpecError
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import PassResult, RunRecord
-from param_compute.runtime.session import Toolchain
+from param_compute.runtime.toolchain import Toolchain
 from param_compute.operators.adapters import AtenOperator
-from param_compute.results.workload_totals import WorkloadTotals
+from param_compute.results.totals import WorkloadTotals
 
 REPLAY = dict(warmup=1, iteration=2, throughput=False)
 

@@ -9,11 +9,11 @@ import pytest
 
 import param_compute
 from param_compute.capture import capture_execution_trace
-from param_compute.capture.execution_trace import _inputs
+from param_compute.capture.trace.execution_trace import _inputs
 from param_compute.capture.sample import smallest_per_op
-from param_compute.capture.strides import layouts_agree, recover_strides
-from param_compute.capture.trace_io import read_execution_trace
-from param_compute.capture.trace_walk import TraceTree, replay_level_nodes
+from param_compute.capture.trace.strides import layouts_agree, recover_strides
+from param_compute.capture.trace.files import read_execution_trace
+from param_compute.capture.trace.walk import TraceTree, replay_level_nodes
 from param_compute.capture.values import contiguous_stride
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -18,7 +18,7 @@ import param_compute
 from param_compute.capture import capture_execution_trace
 from param_compute.capture.accounting import KINDS
 from param_compute.capture.portable import has_kernel, missing_kernels
-from param_compute.capture.trace_io import read_execution_trace, read_json
+from param_compute.capture.trace.files import read_execution_trace, read_json
 from param_compute.capture.values import ET_DTYPES, SCALAR_TYPES, SPEC_DTYPE
 from param_compute.cli.capture import main as capture_main
 from param_compute.dtypes import DTYPE_NAMES
@@ -379,7 +379,7 @@ def test_run_benchmark_reports_configs_without_a_kernel_before_running(tmp_path)
 
 def test_workload_totals_sets_replayed_time_beside_the_original(mlp_traces, tmp_path, capsys):
     from conftest import run_cli
-    from param_compute.results.workload_totals import main as totals_main
+    from param_compute.analysis.workload_totals import main as totals_main
 
     et_path, kineto_path = mlp_traces
     spec_path, results = tmp_path / "spec.json", tmp_path / "results.json"
@@ -400,7 +400,7 @@ def test_workload_totals_sets_replayed_time_beside_the_original(mlp_traces, tmp_
     assert f"{original / 1e3:.3f}" in addmm and addmm.rstrip().endswith("x")
     assert totals_main([str(tmp_path / "missing.json")]) == 2
     from param_compute.results.file import read_results
-    from param_compute.results.report import build_report
+    from param_compute.analysis.report import build_report
 
     html, _ = build_report(read_results(results))
     where = html[html.index("<h2>Where the time goes</h2>"):html.index("Largest configs")]

@@ -8,7 +8,7 @@ import pytest
 from conftest import read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.errors import EXIT_INVALID
 from param_compute.results.records import PassResult
-from param_compute.runtime.cold import (FALLBACK_CACHE_BYTES, CacheFlush, ColdCache, Rotation,
+from param_compute.measure.cold import (FALLBACK_CACHE_BYTES, CacheFlush, ColdCache, Rotation,
                                         copies_needed, cpu_cache_bytes)
 
 

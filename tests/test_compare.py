@@ -1,4 +1,4 @@
-"""Run comparison: the two-sample statistics and ``python -m param_compute.results.compare``."""
+"""Run comparison: the two-sample statistics and ``python -m param_compute.analysis.compare``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from conftest import run_cli, simple_op, tensor, write_spec
-from param_compute.results.significance import compare_samples, mann_whitney, median_ratio_interval
+from param_compute.analysis.significance import compare_samples, mann_whitney, median_ratio_interval
 
 SPEC = simple_op("torch.add", tensor(64, 256), {"type": "int", "value": [1, 4],
                                                 "__range__": ["value"]},
@@ -98,7 +98,7 @@ def runs(tmp_path_factory):
 
 
 def _compare(*args):
-    return run_cli(*args, module="param_compute.results.compare")
+    return run_cli(*args, module="param_compute.analysis.compare")
 
 
 def test_doubled_times_fail_the_regression_gate(runs, tmp_path):

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from conftest import run_cli, write_spec
 from param_compute.results.sinks.console import print_workload_totals
-from param_compute.results.workload_totals import WorkloadTotals
+from param_compute.results.totals import WorkloadTotals
 
 
 def _t(*shape, dtype="float"):

@@ -10,21 +10,21 @@ import pytest
 
 import param_compute
 import param_compute.runtime.executor as executor_module
-import param_compute.runtime.timing as timing
+import param_compute.measure.timing as timing
 from conftest import run_cli, simple_op, tensor, write_spec
 from param_compute.errors import OptionsError
 from param_compute.results.file import read_results
 from param_compute.results.file.schema import schema_problem
 from param_compute.results.records import PassResult, RunRecord
 from param_compute.results.stats import DESCHEDULED_SLACK, descheduled
-from param_compute.runtime import canary as canary_module
-from param_compute.runtime.canary import (BAND_MADS, BASELINE_READINGS, CALLS, COST_SHARE,
+from param_compute.measure import canary as canary_module
+from param_compute.measure.canary import (BAND_MADS, BASELINE_READINGS, CALLS, COST_SHARE,
                                           MIN_BAND, Canary)
-from param_compute.runtime.clocks import TIMERS, pick_times, timer_refusal
-from param_compute.runtime.disturbance import involuntary_switches, judge
+from param_compute.measure.clocks import TIMERS, pick_times, timer_refusal
+from param_compute.measure.disturbance import involuntary_switches, judge
 from param_compute.runtime.options import RunOptions
 from param_compute.runtime.sysinfo import cpu_governor, sys_info
-from param_compute.runtime.timing import ExecMode, time_calls
+from param_compute.measure.timing import ExecMode, time_calls
 
 
 class StepClock:

@@ -12,7 +12,7 @@ import torch
 
 import param_compute
 from conftest import (EXAMPLES, REPO, read_results, run_cli, simple_op, tensor, write_spec)
-from param_compute.runtime.data import DefaultDataGenerator, seed_for_run, seed_generators
+from param_compute.data.generator import DefaultDataGenerator, seed_for_run, seed_generators
 
 LIGHT_SPECS = ["simple_add", "simple_add_range", "simple_mm", "simple_mm_range", "mm",
                "mm_range", "test_native_basic_ops", "aten_ops",

@@ -1,5 +1,5 @@
 """CUDA clocks, throttling and kernel time, driven on the CPU through fake NVML and profiler
-objects (``runtime.gpu_clocks``, ``runtime.kernel_time``, ``runtime.device_samples``)."""
+objects (``measure.gpu_clocks``, ``measure.kernel_time``, ``measure.device_samples``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 import param_compute
-import param_compute.runtime.gpu_clocks as gpu_clocks
+import param_compute.measure.gpu_clocks as gpu_clocks
 from conftest import EXAMPLES, run_cli, simple_op, tensor
 from param_compute.results.records import PassResult
-from param_compute.runtime.device_samples import finish_measure
-from param_compute.runtime.gpu_clocks import GpuClocks, Reading, ThrottleWatch, clocks_header
-from param_compute.runtime.kernel_time import (RANGE_PREFIX, add_kernel_times, kernel_sums,
+from param_compute.measure.device_samples import finish_measure
+from param_compute.measure.gpu_clocks import GpuClocks, Reading, ThrottleWatch, clocks_header
+from param_compute.measure.kernel_time import (RANGE_PREFIX, add_kernel_times, kernel_sums,
                                                time_kernels)
 from test_measurement import FakeCudaClock, fake_cuda  # noqa: F401  (fake_cuda: a fixture)
 
@@ -83,7 +83,7 @@ def test_throttle_watch_reads_outside_the_timed_region_and_marks_samples_around_
     # reads: 0 reserve, 1-4 barriers before samples 0-3; read 3 shows thermal slowdown
     watch = ThrottleWatch(clock, GpuClocks(FakeNvml(reasons=lambda n: SW_THERMAL if n == 3
                                                     else 0, clocks=lambda n: 1980 - n), None))
-    from param_compute.runtime.timing import ExecMode, time_calls
+    from param_compute.measure.timing import ExecMode, time_calls
 
     times = time_calls(lambda: None, 4, watch, ExecMode.DISCRETE)
     assert times == [0.5] * 4 and clock.barriers == 4  # the wrapped clock still times
@@ -97,7 +97,7 @@ def test_throttle_watch_reads_outside_the_timed_region_and_marks_samples_around_
 def test_continuous_modes_mark_every_sample_by_the_loop_readings():
     watch = ThrottleWatch(FakeCudaClock(), GpuClocks(
         FakeNvml(reasons=lambda n: SW_THERMAL if n == 0 else 0), None))
-    from param_compute.runtime.timing import ExecMode, time_calls
+    from param_compute.measure.timing import ExecMode, time_calls
 
     time_calls(lambda: None, 20, watch, ExecMode.CONTINUOUS)  # 10 blocks, no barrier
     assert [r.throttled for r in watch.per_sample(10)] == [True] * 10
@@ -189,7 +189,7 @@ def test_time_kernels_profiles_each_call_in_its_range_after_the_barrier():
 
 
 def test_finish_measure_adds_kernel_times_with_timer_kernel(monkeypatch):
-    import param_compute.runtime.kernel_time as kernel_time
+    import param_compute.measure.kernel_time as kernel_time
 
     monkeypatch.setattr(kernel_time, "_torch_profiler", lambda: lambda: FakeProfiler([]))
     monkeypatch.setattr(kernel_time, "_torch_range", lambda name: _Null())

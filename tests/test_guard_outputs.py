@@ -71,7 +71,7 @@ def test_outputs_of_calls_on_tensors_are_left_to_the_backstop():
     """A meta call on tensors costs ~0.1 ms: not paid per config (the isolated worker's
     address-space cap is the backstop for, e.g., an outer product)."""
     from param_compute.operators.adapters import CallableOperator
-    from param_compute.runtime.data import DefaultDataGenerator
+    from param_compute.data.generator import DefaultDataGenerator
 
     outer = CallableOperator(torch.outer)
     config = {"args": [tensor(100000), tensor(100000)]}
@@ -122,7 +122,7 @@ def test_estimates_call_only_torchs_own_functions_on_meta():
     from param_compute.lib.pytorch.operator_impl import CallableOp
 
     op = CallableOp(plugin_function)
-    from param_compute.runtime.data import DefaultDataGenerator
+    from param_compute.data.generator import DefaultDataGenerator
 
     assert output_bytes(op, DefaultDataGenerator(), {"args": [tensor(4)]}) == 0
     assert calls == []  # a plugin's function is never called by the estimate

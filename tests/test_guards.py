@@ -49,7 +49,7 @@ def test_stride_longer_than_a_ranged_shape_is_refused():
     """Validation compares a ranged shape's dims with the stride list; the data generator
     refuses a mismatch too, before any storage exists."""
     from param_compute.errors import SpecError
-    from param_compute.runtime.data import materialize
+    from param_compute.data.generator import materialize
 
     ranged = {"type": "tensor", "dtype": "float", "shape": [[1, 2, 1], 4],
               "__range__": ["shape"], "stride": [1, 2 * MB, 5]}

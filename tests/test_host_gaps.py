@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import run_cli
-from param_compute.capture.live_timing import host_gaps, time_ops_in_place, time_step
-from param_compute.capture.step_file import read_step_file, step_path
+from param_compute.capture.live.timing import host_gaps, time_ops_in_place, time_step
+from param_compute.spec.step_file import read_step_file, step_path
 from param_compute.errors import OptionsError
 from param_compute.runtime.options import RunOptions
 
@@ -73,7 +73,7 @@ def test_live_capture_writes_the_gaps_and_the_host_step(tmp_path):
 
 
 def test_a_call_not_captured_hands_its_gap_and_its_time_to_the_next(tmp_path):
-    from param_compute.capture.live import capture_ops
+    from param_compute.capture.live.dispatch import capture_ops
 
     x = torch.randn(4, 4)
     with capture_ops(skip_views=True,
@@ -239,8 +239,8 @@ def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(m
     """The CUDA seam of the original's in-place timer, with fakes: a spin kernel is queued
     before each call's start event (long enough to cover the last call's host time), so the
     event pair times the call's kernels, not its launch from an idle GPU."""
-    from param_compute.capture import live_timing
-    from param_compute.process.launch_cover import launch_cover_us
+    from param_compute.capture.live import timing as live_timing
+    from param_compute.measure.launch_cover import launch_cover_us
 
     log = []
 
@@ -276,7 +276,7 @@ def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(m
 def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
     """On a device too, a pass counting page faults only calls and counts: no event pair, no
     spin kernel (they would only queue work); its times are nobody's."""
-    from param_compute.capture import live_timing
+    from param_compute.capture.live import timing as live_timing
 
     queued = []
     monkeypatch.setattr(torch.cuda, "Event", lambda **kw: queued.append("event"))
@@ -299,7 +299,7 @@ def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
 ])
 def test_ledger_shows_the_real_steps_time_outside_its_ops(real_us, kept, outside, noted):
     from test_step_replay import _record
-    from param_compute.results.ledger import build_ledger, format_ledger, ledger_section
+    from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
 
     line = {"step_replay": {"stats": {"median": 1.5}, "configs": {},
                             "host_gaps": {"kept": kept, "added_us": 500.0 if kept else 0.0}}}

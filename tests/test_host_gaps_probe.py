@@ -1,7 +1,7 @@
 """Host gaps probed like a hostile or careless user would: step files whose gaps cannot be
 kept, waits far past the real step, a results file with damaged ``host_gaps``, Ctrl-C in a
-long wait (``capture.step_file``, ``runtime.step_gaps``, ``runtime.step_session``,
-``results.ledger``)."""
+long wait (``spec.step_file``, ``runtime.step_gaps``, ``runtime.step_session``,
+``analysis.ledger``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import read_results, run_cli, start_cli
-from param_compute.capture.step_file import read_step_file, step_path
+from param_compute.spec.step_file import read_step_file, step_path
 from param_compute.runtime.options import RunOptions
 
 X = torch.randn(16, 16)
@@ -172,7 +172,7 @@ def test_ctrl_c_in_a_long_wait_stops_the_run_at_once_and_keeps_the_isolated_resu
 ])
 def test_ledger_shows_host_gaps_only_as_part_of_the_step_they_were_waited_in(gaps, shown):
     from test_step_replay import _record
-    from param_compute.results.ledger import build_ledger, format_ledger, ledger_section
+    from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
 
     line = {"step_replay": {"stats": {"median": 2.0}, "host_gaps": gaps, "configs": {}}}
     ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)], [(5, line)],
@@ -249,7 +249,7 @@ def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
     queues no cover and still times each call; a replay clock with ``cover`` but no
     ``host_elapsed_ms`` gets the first-launch guess (None) before every call."""
     from test_step_replay import _replay
-    from param_compute.capture import live_timing
+    from param_compute.capture.live import timing as live_timing
 
     log = []
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from conftest import run_cli
 from param_compute.capture import capture_execution_trace
-from param_compute.capture import profiler_cost
-from param_compute.capture.step_file import (MAX_HOST_STEP_US, read_step_file, step_path,
+from param_compute.capture.trace import profiler_cost
+from param_compute.spec.step_file import (MAX_HOST_STEP_US, read_step_file, step_path,
                                              validate_step, write_step_file)
 from param_compute.cli.capture import main as capture_main
 

@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from param_compute.results.compare import CSV_COLUMNS, GATE_REASONS, compare_files
+from param_compute.analysis.compare import CSV_COLUMNS, GATE_REASONS, compare_files
 from param_compute.results.file import ResultsStream
 
 HOSTILE = Path(__file__).parent / "hostile_results"
-COMPARE = "param_compute.results.compare"
-MERGE = "param_compute.results.merge"
+COMPARE = "param_compute.analysis.compare"
+MERGE = "param_compute.analysis.merge"
 TOOLS = {  # module, arguments after the results file (OUT: the output folder)
     "compare": (COMPARE, lambda f, out: [HOSTILE / "base.json", f]),
     "merge": (MERGE, lambda f, out: ["-o", out / "m.json", f]),
     "exporters": ("param_compute.results.sinks.export",
                   lambda f, out: [f, "--csv", out / "x.csv", "--oss-json", out / "o.json"]),
-    "report": ("param_compute.results.report", lambda f, out: [f, "-o", out / "r.html"]),
-    "workload_totals": ("param_compute.results.workload_totals", lambda f, out: [f]),
+    "report": ("param_compute.analysis.report", lambda f, out: [f, "-o", out / "r.html"]),
+    "workload_totals": ("param_compute.analysis.workload_totals", lambda f, out: [f]),
 }
 
 
@@ -208,7 +208,7 @@ def test_numbers_too_large_for_a_float_are_wrong_types(tool, tmp_path):
 
 
 def test_workload_totals_skips_a_string_count_in_process(tmp_path, capsys):
-    from param_compute.results.workload_totals import main
+    from param_compute.analysis.workload_totals import main
 
     assert main([str(HOSTILE / "wrong_types.json")]) == 0
     captured = capsys.readouterr()

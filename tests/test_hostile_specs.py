@@ -34,7 +34,7 @@ from param_compute.spec import limits as spec_loader_limits
 from param_compute.spec import loader as spec_loader
 from param_compute.errors import EXIT_INVALID, SpecError, format_json_path
 from param_compute.operators.resolution import FUNCTION_NAMESPACES, OperatorResolver
-from param_compute.runtime.session import Toolchain
+from param_compute.runtime.toolchain import Toolchain
 from param_compute.spec.limits import MAX_OPERATORS, MAX_PROBLEMS
 
 HOSTILE = Path(__file__).resolve().parent / "hostile_specs"
@@ -492,7 +492,7 @@ def test_lookups_import_nothing_and_call_nothing(tmp_path):
     path.write_text(json.dumps(spec))
     script = ("import sys, warnings\n"
               "warnings.simplefilter('error')\n"
-              "from param_compute.runtime.session import Toolchain\n"
+              "from param_compute.runtime.toolchain import Toolchain\n"
               "from param_compute.errors import SpecError\n"
               "toolchain = Toolchain.start()\n"
               "before = set(sys.modules)\n"

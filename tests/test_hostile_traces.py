@@ -33,10 +33,10 @@ import torch
 
 from conftest import run_cli
 from param_compute.capture import capture_execution_trace
-from param_compute.capture import trace_io
+from param_compute.capture.trace import files as trace_io
 from param_compute.capture.accounting import TraceError
 from param_compute.capture.meta_ops import META_REPLAY_OPS, meta_operator, registered_overloads
-from param_compute.capture.trace_io import read_json
+from param_compute.capture.trace.files import read_json
 
 CORPUS = Path(__file__).resolve().parent / "hostile_traces"
 CAPTURE = "param_compute.cli.capture"
@@ -194,8 +194,9 @@ def test_every_allow_listed_name_is_a_registered_aten_op_without_side_effects():
 def test_only_meta_ops_touches_torch_ops_in_capture():
     """No other capture module looks an operator up by attribute (``torch.ops``, ``getattr``
     on an ops namespace): names from a trace reach the dispatcher only through ``meta_ops``."""
-    folder = Path(capture_execution_trace.__code__.co_filename).parent
-    users = sorted(p.name for p in folder.glob("*.py") if "torch.ops" in p.read_text())
+    folder = Path(capture_execution_trace.__code__.co_filename).parent.parent  # capture/
+    users = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py")
+                   if "torch.ops" in p.read_text())
     assert users == ["meta_ops.py"]
 
 

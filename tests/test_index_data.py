@@ -15,7 +15,7 @@ from torch import nn
 
 from param_compute.capture import capture_ops
 from param_compute.capture.index_rules import index_rules
-from param_compute.runtime.data import DefaultDataGenerator, materialize, seed_generators
+from param_compute.data.generator import DefaultDataGenerator, materialize, seed_generators
 from param_compute.spec.index_data import (bags_problems, parse_distribution,
                                            pool_window_problems, structure_problems,
                                            window_spans)

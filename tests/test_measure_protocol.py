@@ -13,7 +13,7 @@ import param_compute
 from conftest import run_cli, simple_op, tensor, write_spec
 from param_compute.results.records import PassResult, RunRecord
 from param_compute.results.stats import is_noisy, median_ci, median_ci_ranks, summarize
-from param_compute.runtime.timing import DRIFT_TOLERANCE, ExecMode, WARMUP_CAP, warm_up
+from param_compute.measure.timing import DRIFT_TOLERANCE, ExecMode, WARMUP_CAP, warm_up
 
 
 class SettlingClock:
@@ -150,7 +150,7 @@ def test_continuous_mode_keeps_a_sample_and_compare_sees_a_2x_slowdown(plugins, 
     lines[1] = json.dumps(record)
     (tmp_path / "slow.json").write_text("\n".join(lines) + "\n")
     compared = run_cli(tmp_path / "base.json", tmp_path / "slow.json", "--fail-on-regression",
-                       "20", module="param_compute.results.compare")
+                       "20", module="param_compute.analysis.compare")
     assert compared.returncode == 1, compared.stdout + compared.stderr
     assert "significantly slower" in compared.stdout + compared.stderr
 

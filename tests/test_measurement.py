@@ -12,8 +12,8 @@ import pytest
 import param_compute
 import param_compute.runtime.executor as executor_module
 from conftest import EXAMPLES, read_results, run_cli, simple_op, tensor
-import param_compute.runtime.devices as devices_module
-from param_compute.runtime.devices import (CudaEventClock, Device, launch_cover_us,
+import param_compute.measure.devices as devices_module
+from param_compute.measure.devices import (CudaEventClock, Device, launch_cover_us,
                                            spin_cycles_per_us)
 
 

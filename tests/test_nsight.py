@@ -18,8 +18,8 @@ import pytest
 
 import param_compute
 from conftest import ZYGOTE, run_cli, simple_op, tensor, write_spec
-from param_compute.runtime import ranges as annotations
-from param_compute.runtime.ranges import NCU_ITERATION_FILTER, iteration_range_name
+from param_compute.measure import ranges as annotations
+from param_compute.measure.ranges import NCU_ITERATION_FILTER, iteration_range_name
 from param_compute.results.sinks.base import RunSummary
 from param_compute.errors import OptionsError
 from param_compute.plan.runplan import PlannedRun
@@ -504,7 +504,7 @@ def test_iteration_ranges_only_with_the_child_option(monkeypatch):
             return fn()
         return call
 
-    monkeypatch.setattr("param_compute.runtime.measure.iteration_ranges", recording)
+    monkeypatch.setattr("param_compute.measure.passes.iteration_ranges", recording)
     spec = simple_op("torch.mm", tensor(4, 3), tensor(3, 2))
     param_compute.run(spec, warmup=2, iteration=3, backward=True)
     assert opened == []  # the main run's timed loop is untouched

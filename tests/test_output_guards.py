@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_results, run_cli, start_cli, tensor, write_spec
-from param_compute.results.outputs import lock_results
+from param_compute.files import lock_results
 
 
 def _range_spec(tmp_path, runs):
@@ -79,7 +79,7 @@ def test_a_planted_symlink_is_never_followed(tmp_path):
 
 
 def test_default_names_never_land_on_an_existing_file(tmp_path):
-    from param_compute.results.outputs import unused_name
+    from param_compute.files import unused_name
 
     taken = tmp_path / "benchmark_result_1_2.json"
     taken.write_text("x")

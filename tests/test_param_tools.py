@@ -10,10 +10,10 @@ import pytest
 
 from conftest import REPO, SHARED_CONFIGS
 from param_compute.cli.run_benchmark import main as run_benchmark
-from param_compute.results.compare import main as compare
+from param_compute.analysis.compare import main as compare
 from param_compute.results.file import load_results
 from param_compute.results.fields import measured_passes
-from param_compute.results.report import main as report
+from param_compute.analysis.report import main as report
 from param_compute.results.sinks.export import main as exporters
 
 PARAM_COMPAT = REPO.parent / "shared" / "param-compat"

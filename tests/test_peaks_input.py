@@ -12,8 +12,8 @@ import pytest
 import param_compute
 from conftest import SANDBOX_CACHE, read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.results.utilization import utilization
-from param_compute.runtime.calibrate import key_for
-from param_compute.runtime.peaks import MAX_PEAKS_BYTES, cache_path
+from param_compute.measure.calibrate import key_for
+from param_compute.measure.peaks import MAX_PEAKS_BYTES, cache_path
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``python -m param_compute.results.report``: sweep plots and the table, one self-contained HTML file."""
+"""``python -m param_compute.analysis.report``: sweep plots and the table, one self-contained HTML file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from conftest import run_cli, simple_op, tensor, write_spec
-from param_compute.results.report import find_sweeps
+from param_compute.analysis.report import find_sweeps
 
 pytest.importorskip("matplotlib")
 
@@ -69,7 +69,7 @@ def report(tmp_path_factory):
     run = run_cli("-c", write_spec(tmp, SPEC), "-i", "3", "-b", "--output", results)
     assert run.returncode == 0, run.stderr
     made = run_cli(results, "-o", tmp / "report.html", "--png-dir", tmp / "png",
-                   module="param_compute.results.report")
+                   module="param_compute.analysis.report")
     assert made.returncode == 0, made.stderr
     return tmp
 
@@ -130,6 +130,6 @@ def test_sweep_axes():
 
 
 def test_bad_results_file_exits_2(tmp_path):
-    result = run_cli(tmp_path / "none.json", module="param_compute.results.report")
+    result = run_cli(tmp_path / "none.json", module="param_compute.analysis.report")
     assert result.returncode == 2 and "no such file" in result.stderr
     assert "Traceback" not in result.stderr

@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from conftest import run_cli
-from param_compute.results import report as report_module
+from param_compute.analysis import report as report_module
 from param_compute.results.file import stream_results
-from param_compute.results.report import build_report, protocol_text
-from param_compute.results.sweeps import find_sweeps
+from param_compute.analysis.report import build_report, protocol_text
+from param_compute.analysis.sweeps import find_sweeps
 
 pytest.importorskip("matplotlib")
 

@@ -92,15 +92,15 @@ def mutated_files(draw, lines):
 
 
 TOOLS = {
-    "compare": lambda f, g, o: ("param_compute.results.compare", [g, f, "--csv", o / "c.csv",
+    "compare": lambda f, g, o: ("param_compute.analysis.compare", [g, f, "--csv", o / "c.csv",
                                                                   "--resamples", "50"]),
-    "compare-self": lambda f, g, o: ("param_compute.results.compare", [f, f, "--strict"]),
-    "report": lambda f, g, o: ("param_compute.results.report", [f, "-o", o / "r.html"]),
-    "merge": lambda f, g, o: ("param_compute.results.merge", [f, g, "-o", o / "m.json",
+    "compare-self": lambda f, g, o: ("param_compute.analysis.compare", [f, f, "--strict"]),
+    "report": lambda f, g, o: ("param_compute.analysis.report", [f, "-o", o / "r.html"]),
+    "merge": lambda f, g, o: ("param_compute.analysis.merge", [f, g, "-o", o / "m.json",
                                                               "--partial"]),
     "export": lambda f, g, o: ("param_compute.results.sinks.export",
                                [f, "--csv", o / "x.csv", "--oss-json", o / "o.json"]),
-    "totals": lambda f, g, o: ("param_compute.results.workload_totals", [f]),
+    "totals": lambda f, g, o: ("param_compute.analysis.workload_totals", [f]),
     "ncu": lambda f, g, o: ("param_compute.profiling.ncu_report", [f, "--csv", o / "n.csv"]),
     "nsys": lambda f, g, o: ("param_compute.profiling.nsys_report", [f, "--csv", o / "s.csv"]),
 }
@@ -146,7 +146,7 @@ def test_every_tool_survives_fuzzed_results_files(good_lines, tmp_path_factory):
 def test_unusable_lines_are_reported_with_file_and_line(good_lines, tmp_path, mutate, message):
     path = tmp_path / "r.json"
     path.write_text("".join(json.dumps(line) + "\n" for line in mutate(good_lines)))
-    result = run_cli(path, "-o", tmp_path / "r.html", module="param_compute.results.report")
+    result = run_cli(path, "-o", tmp_path / "r.html", module="param_compute.analysis.report")
     assert result.returncode in (0, 2)
     assert message in result.stderr and f"{path}:" in result.stderr
     assert "Traceback" not in result.stderr
@@ -159,11 +159,11 @@ def test_non_finite_times_are_no_times(good_lines, tmp_path):
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     good = tmp_path / "g.json"
     good.write_text("".join(json.dumps(line) + "\n" for line in good_lines))
-    result = run_cli(good, path, module="param_compute.results.compare")
+    result = run_cli(good, path, module="param_compute.analysis.compare")
     assert result.returncode == 0, result.stderr
     assert "not judged: non-finite 1" in result.stdout
     gate = run_cli(good, path, "--fail-on-regression", "50",
-                   module="param_compute.results.compare")
+                   module="param_compute.analysis.compare")
     assert gate.returncode == 1 and "(non-finite 1)" in gate.stdout
 
 
@@ -174,23 +174,23 @@ def test_compare_refuses_apples_to_oranges(good_lines, tmp_path):
     lines[1]["config"]["input"]["args"][0]["shape"] = [8, 3]  # another shape, same id
     changed = tmp_path / "changed.json"
     changed.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = run_cli(base, changed, module="param_compute.results.compare")
+    result = run_cli(base, changed, module="param_compute.analysis.compare")
     assert result.returncode == 0
     assert "not compared (they measured different things): 2" in result.stdout
     assert "config differs (input)" in result.stdout
-    strict = run_cli(base, changed, "--strict", module="param_compute.results.compare")
+    strict = run_cli(base, changed, "--strict", module="param_compute.analysis.compare")
     assert strict.returncode == 2 and "config differs" in strict.stderr
     lines = json.loads(json.dumps(good_lines))
     lines[0]["run_options"]["num_threads"] = 2
     threads = tmp_path / "threads.json"
     threads.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    result = run_cli(base, threads, module="param_compute.results.compare")
+    result = run_cli(base, threads, module="param_compute.analysis.compare")
     assert "settings differ: num_threads: 1 in BASE, 2 in NEW" in result.stdout
     assert "no run measured in both files" in result.stdout
-    across = run_cli(base, threads, "--across-settings", module="param_compute.results.compare")
+    across = run_cli(base, threads, "--across-settings", module="param_compute.analysis.compare")
     assert "not compared" not in across.stdout and "geometric mean" in across.stdout
     assert run_cli(base, threads, "--strict",
-                   module="param_compute.results.compare").returncode == 2
+                   module="param_compute.analysis.compare").returncode == 2
 
 
 def test_nsys_report_writes_only_beside_the_results(good_lines, tmp_path, monkeypatch):

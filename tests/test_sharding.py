@@ -9,7 +9,7 @@ import pytest
 import param_compute
 from conftest import ZYGOTE, read_results, run_cli, simple_op, tensor, write_spec
 from param_compute.errors import OptionsError
-from param_compute.results.merge import main as merge_main
+from param_compute.analysis.merge import main as merge_main
 from param_compute.plan.runkey import id_order
 from param_compute.plan.sharding import Shard, lpt_assign, resolve_shard
 
@@ -97,7 +97,7 @@ def test_shards_split_the_runs_by_estimated_cost(sharded):
 
 
 def _merge(*args):
-    return run_cli(*args, module="param_compute.results.merge")
+    return run_cli(*args, module="param_compute.analysis.merge")
 
 
 def test_merge_restores_the_unsharded_order(sharded):

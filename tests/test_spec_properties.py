@@ -32,7 +32,7 @@ from hypothesis import strategies as st  # noqa: E402
 import param_compute  # noqa: E402
 from param_compute.errors import SpecError  # noqa: E402
 from param_compute.plan.runplan import count_runs  # noqa: E402
-from param_compute.runtime.session import Toolchain  # noqa: E402
+from param_compute.runtime.toolchain import Toolchain  # noqa: E402
 from param_compute.spec.loader import parse_spec_text  # noqa: E402
 from param_compute.spec import fastpath  # noqa: E402
 from param_compute.spec.model import BenchmarkSpec  # noqa: E402

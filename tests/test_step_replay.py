@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from conftest import REPO, run_cli
-from param_compute.capture.live import capture_ops
-from param_compute.capture.profiler_cost import calibrate, nested_counts
-from param_compute.capture.step import StepRecorder
-from param_compute.capture.step_file import (StepFileError, read_step_file, step_path,
+from param_compute.capture.live.dispatch import capture_ops
+from param_compute.capture.trace.profiler_cost import calibrate, nested_counts
+from param_compute.capture.step.dataflow import StepRecorder
+from param_compute.spec.step_file import (StepFileError, read_step_file, step_path,
                                              validate_step, write_step_file)
-from param_compute.results.ledger import build_ledger, format_ledger, ledger_section
+from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
 
 
 def _capture(function, path: Path):
@@ -155,7 +155,7 @@ def test_unreadable_step_files_are_refused(tmp_path, monkeypatch):
     os.mkfifo(fifo)
     with pytest.raises(StepFileError, match="not a regular file"):
         read_step_file(fifo)  # never blocks waiting for a writer
-    monkeypatch.setattr("param_compute.capture.step_file.MAX_STEP_BYTES", 10)
+    monkeypatch.setattr("param_compute.spec.step_file.MAX_STEP_BYTES", 10)
     write_step_file(tmp_path / "big.step.json", {"calls": []})
     with pytest.raises(StepFileError, match="byte limit"):
         read_step_file(tmp_path / "big.step.json")
@@ -182,7 +182,7 @@ def test_live_capture_records_which_call_feeds_which_input(tmp_path):
 def test_execution_trace_capture_records_the_dataflow(tmp_path):
     from torch.profiler import ExecutionTraceObserver
 
-    from param_compute.capture.execution_trace import capture_execution_trace
+    from param_compute.capture.trace.execution_trace import capture_execution_trace
 
     x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
     trace = tmp_path / "et.json"
@@ -403,7 +403,7 @@ def test_html_report_opens_with_the_ledger(tmp_path):
 
 
 def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):
-    from param_compute.capture.live_timing import CallTimer, time_ops_in_place, time_step
+    from param_compute.capture.live.timing import CallTimer, time_ops_in_place, time_step
     from param_compute.cli.capture import capture_run
 
     x, w = torch.randn(32, 32), torch.randn(32, 32)
@@ -556,8 +556,8 @@ FRESH_FLOATS = 12 * 2**20  # 48 MiB
 LIVE_FAULTS = """
 import json, os, sys
 import torch
-from param_compute.capture.live_timing import CallTimer, time_ops_in_place
-from param_compute.capture.step_file import read_step_file, step_path
+from param_compute.capture.live.timing import CallTimer, time_ops_in_place
+from param_compute.spec.step_file import read_step_file, step_path
 from param_compute.cli.capture import capture_run
 
 FRESH_FLOATS, out = int(sys.argv[1]), sys.argv[2]
@@ -687,8 +687,8 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     assert (rows["aten::relu"]["reason"], rows["aten::gelu"]["reason"]) == ("cache",
                                                                             "allocation")
     # the HTML report's table: in-step / original and the faults of both sides
-    from param_compute.results.report_workload import _per_op
-    from param_compute.results.workload_totals import WorkloadTotals
+    from param_compute.analysis.report_workload import _per_op
+    from param_compute.results.totals import WorkloadTotals
 
     html = _per_op(WorkloadTotals(), build_ledger(records, [(5, step)], {"device": "cpu"}))
     assert "in-step / original" in html and "page faults per step, original / in-step" in html

@@ -16,11 +16,11 @@ import param_compute
 from conftest import REPO, run_cli, simple_op, tensor, write_spec
 from param_compute.results.records import PassResult
 from param_compute.results.stats import summarize, thin
-from param_compute.runtime import host_memory
-from param_compute.runtime.devices import CudaDevice, Device
-from param_compute.runtime.measure import MIN_SURE_N, PassMeasurer, relative_half_width
+from param_compute.measure import host_memory
+from param_compute.measure.devices import CudaDevice, Device
+from param_compute.measure.passes import MIN_SURE_N, PassMeasurer, relative_half_width
 from param_compute.runtime.options import RunOptions
-from param_compute.runtime.ranges import Annotator
+from param_compute.measure.ranges import Annotator
 from test_measure_protocol import SettlingClock
 
 RUN = SimpleNamespace(op_name="torch.fake", id="0|0|0")
@@ -126,7 +126,7 @@ def test_pass_result_thinning_keeps_parallel_lists_aligned():
 
 RSS_WINDOW = """
 import gc, json
-from param_compute.runtime import host_memory
+from param_compute.measure import host_memory
 gc.collect()
 gc.disable()
 window = host_memory.RssWindow()

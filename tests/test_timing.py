@@ -13,7 +13,7 @@ from param_compute.results.sinks.base import RunSummary
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import PassResult, RunRecord
 from param_compute.results.stats import quantile, summarize
-from param_compute.runtime.timing import ExecMode, HostClock, block_sizes, spent_ms, time_calls
+from param_compute.measure.timing import ExecMode, HostClock, block_sizes, spent_ms, time_calls
 
 
 class FakeClock:

@@ -33,7 +33,7 @@ def _planted(tmp_path, victim, name):
 @pytest.mark.parametrize("flag", ["--html", "--csv"])
 def test_compare_refuses_an_output_through_a_planted_link(tmp_path, victim, flag):
     link = _planted(tmp_path, victim, "out" + (".html" if flag == "--html" else ".csv"))
-    result = run_cli(BASE, BASE, flag, link, module="param_compute.results.compare")
+    result = run_cli(BASE, BASE, flag, link, module="param_compute.analysis.compare")
     assert result.returncode == 2
     assert f"{flag} {link}: is a symbolic link" in result.stderr
     assert victim.read_text() == VICTIM_TEXT and os.path.islink(link)
@@ -42,7 +42,7 @@ def test_compare_refuses_an_output_through_a_planted_link(tmp_path, victim, flag
 def test_compare_never_writes_over_an_input(tmp_path):
     base = tmp_path / "base.json"
     base.write_bytes(BASE.read_bytes())
-    result = run_cli(base, base, "--html", base, module="param_compute.results.compare")
+    result = run_cli(base, base, "--html", base, module="param_compute.analysis.compare")
     assert result.returncode == 2
     assert "is the BASE file: writing it would destroy the input" in result.stderr
     assert base.read_bytes() == BASE.read_bytes()
@@ -51,7 +51,7 @@ def test_compare_never_writes_over_an_input(tmp_path):
 def test_compare_html_is_written_and_replaced_whole(tmp_path):
     out = tmp_path / "cmp.html"
     out.write_text("old")
-    result = run_cli(BASE, BASE, "--html", out, module="param_compute.results.compare")
+    result = run_cli(BASE, BASE, "--html", out, module="param_compute.analysis.compare")
     assert result.returncode == 0, result.stderr
     assert out.read_text().startswith("<!DOCTYPE html>") and not os.path.islink(out)
     assert [p.name for p in tmp_path.iterdir()] == ["cmp.html"]  # no temporary file left
@@ -59,7 +59,7 @@ def test_compare_html_is_written_and_replaced_whole(tmp_path):
 
 def test_report_refuses_a_planted_output_link_before_reading(tmp_path, victim):
     link = _planted(tmp_path, victim, "report.html")
-    result = run_cli(BASE, "-o", link, module="param_compute.results.report")
+    result = run_cli(BASE, "-o", link, module="param_compute.analysis.report")
     assert result.returncode == 2
     assert f"-o/--output {link}: is a symbolic link" in result.stderr
     assert victim.read_text() == VICTIM_TEXT

@@ -9,10 +9,10 @@ import json
 import pytest
 
 import param_compute
-import param_compute.runtime.calibrate as calibrate_module
+import param_compute.measure.calibrate as calibrate_module
 from conftest import run_cli, simple_op, tensor, write_spec
 from param_compute.results.utilization import percent_of_peak, utilization
-from param_compute.runtime.peaks import read_cache
+from param_compute.measure.peaks import read_cache
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from conftest import run_cli
-from param_compute.capture.live import capture_ops
-from param_compute.capture.value_profile import sample, value_profile
+from param_compute.capture.live.dispatch import capture_ops
+from param_compute.capture.live.value_profile import sample, value_profile
 from param_compute.errors import SpecError, format_json_path
-from param_compute.runtime.data import materialize, seed_generators
-from param_compute.runtime.session import Toolchain
+from param_compute.data.generator import materialize, seed_generators
+from param_compute.runtime.toolchain import Toolchain
 from param_compute.spec.float_data import profile_of, round_fraction
 
 SQRT = "aten::sqrt(Tensor self) -> Tensor"

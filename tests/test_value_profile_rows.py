@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from conftest import run_cli
-from param_compute.capture.value_profile import value_profile
+from param_compute.capture.live.value_profile import value_profile
 from param_compute.errors import SpecError, format_json_path
 from param_compute.results.file import read_results
-from param_compute.runtime.data import materialize, seed_generators
-from param_compute.runtime.session import Toolchain
+from param_compute.data.generator import materialize, seed_generators
+from param_compute.runtime.toolchain import Toolchain
 from param_compute.spec.float_data import profile_of
 
 SQRT = "aten::sqrt(Tensor self) -> Tensor"

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 from param_compute.capture.accounting import OriginalTimes
 from param_compute.capture.portable import can_check, missing_kernels
-from param_compute.capture.trace_io import printable
+from param_compute.capture.trace.files import printable
 
 
 def time_coverage(captured: List[Tuple[str, OriginalTimes]],

@@ -126,7 +126,7 @@ def _enum_name(value: Any, names: Sequence[str], kind: str) -> str:
 def live_tensor(tensor) -> Dict[str, Any]:
     import torch
 
-    from param_compute.capture.value_profile import value_profile
+    from param_compute.capture.live.value_profile import value_profile
 
     if tensor.layout != torch.strided:
         raise Unreplayable(f"a {tensor.layout} tensor argument (only strided tensors replay)")

@@ -30,7 +30,7 @@ from param_compute.capture.index_rules import index_rules
 from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
-from param_compute.capture.trace_io import printable
+from param_compute.capture.trace.files import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")
@@ -120,7 +120,7 @@ class CapturedWorkload:
         self.strides: Optional[Dict[str, Any]] = None  # how input layouts were obtained
         self.kineto: Optional[Dict[str, Any]] = None  # the Kineto join's coverage
         self._original_skipped: Dict[str, OriginalTimes] = {}
-        self.step = None  # capture.step.StepRecorder: the calls in order, with their dataflow
+        self.step = None  # capture.step.dataflow.StepRecorder: the calls in order, with their dataflow
         self.last_config: Optional[Tuple[str, str, str]] = None  # the config add() filled
         #: The intra-op thread count the captured run used, where known (a live capture knows;
         #: a Kineto trace says where the recording added it).
@@ -333,7 +333,7 @@ class CapturedWorkload:
     def write_spec(self, path, spec: Dict[str, Any],
                    param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
         """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
-        from param_compute.results.outputs import write_new
+        from param_compute.files import write_new
 
         path = Path(path)
         if param_form_notes is None:  # PARAM reads every top-level key as an operator
@@ -342,7 +342,7 @@ class CapturedWorkload:
         report = report_path(path)
         write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
         if self.step is not None and self.step.calls:
-            from param_compute.capture.step_original import step_original
+            from param_compute.capture.step.original import step_original
 
             self.step.write(path, self.run_keys(), self.source, step_original(self))
         return path, report

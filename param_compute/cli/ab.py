@@ -7,9 +7,9 @@ another interpreter (another virtualenv: another torch), with this param_compute
 ``PYTHONPATH`` so both sides replay with the same code. Odd rounds run A then B, even rounds B
 then A (``--rounds 4``, the default: A B B A A B B A), so drift over time falls on both sides
 alike; ``compare`` judges a change between the sides' processes as well as their samples
-(``results.comparison``), so fewer than 4 rounds can never call one significant. Each process writes ``DIR/rounds/a1.json``...; the rounds of a side are joined
-(``results.rounds``) into ``DIR/a.json`` and ``DIR/b.json``, ordinary results files; the compare
-table (``results.compare``, B against A, settings allowed to differ) is printed.
+(``analysis.comparison``), so fewer than 4 rounds can never call one significant. Each process writes ``DIR/rounds/a1.json``...; the rounds of a side are joined
+(``analysis.rounds``) into ``DIR/a.json`` and ``DIR/b.json``, ordinary results files; the compare
+table (``analysis.compare``, B against A, settings allowed to differ) is printed.
 
 Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
 arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec,
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 import param_compute
 from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED, OptionsError
 from param_compute.results.file import ResultsFileError
-from param_compute.results.outputs import check_outputs
+from param_compute.files import check_outputs
 
 #: run_benchmark flags (their ``dest``) a side may not set: ab sets them, or they change where
 #: results go or what is measured on one side only.
@@ -225,9 +225,9 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
 
 
 def run_ab(args: argparse.Namespace, console) -> int:
-    from param_compute.results.compare import render
-    from param_compute.results.comparison import compare_files
-    from param_compute.results.rounds import join_rounds
+    from param_compute.analysis.compare import render
+    from param_compute.analysis.comparison import compare_files
+    from param_compute.analysis.rounds import join_rounds
 
     sides = _check(args)
     files = _outputs(args)

@@ -7,7 +7,7 @@
 ``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
 FUNCTION with no arguments ``--warmup`` times uncaptured (lazy initialization, first-step
 allocation of gradients), times it unprofiled (the real step) and op by op in place (the
-originals, ``capture.live_timing``), then calls it ``--steps`` times under the capture. Build the model at import
+originals, ``capture.live.timing``), then calls it ``--steps`` times under the capture. Build the model at import
 time (or cache it) so that only the step is captured.
 
 Writes the spec, validated the way ``run_benchmark`` validates it, ``NAME.step.json`` (the
@@ -19,8 +19,8 @@ captured. Exit status: 0 written, 2 bad arguments or input.
 
 A trace is data: reading one runs nothing it names (only allow-listed pure tensor ops, on meta
 tensors, to recover layouts: ``capture.meta_ops``), is bounded (``--max-trace-bytes``, regular
-files only, depth) and checked node by node (``capture.trace_check``). The outputs are checked
-before the trace is read, as ``run_benchmark`` checks its own (``results.outputs``): never an
+files only, depth) and checked node by node (``capture.trace.check``). The outputs are checked
+before the trace is read, as ``run_benchmark`` checks its own (``files``): never an
 input, never through a symbolic link, never a FIFO or directory; each is written to a new file
 and renamed into place.
 """
@@ -130,9 +130,9 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                 skip_views: bool = False, source: str = "live capture",
                 allow_namespaces: Sequence[str] = (), repeats: int = 3):
     """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
-    (``capture.live_timing``), then capture ``steps`` steps with those times as originals."""
-    from param_compute.capture.live import capture_ops
-    from param_compute.capture.live_timing import (host_gaps, median, time_ops_in_place,
+    (``capture.live.timing``), then capture ``steps`` steps with those times as originals."""
+    from param_compute.capture.live.dispatch import capture_ops
+    from param_compute.capture.live.timing import (host_gaps, median, time_ops_in_place,
                                                    time_step)
 
     for _ in range(warmup):
@@ -207,9 +207,9 @@ def _live_workload(args: argparse.Namespace):
 def check_capture_outputs(args: argparse.Namespace) -> None:
     """The spec and its report checked before anything is read (``OptionsError``)."""
     from param_compute.capture.workload import report_path
-    from param_compute.results.outputs import check_outputs
+    from param_compute.files import check_outputs
 
-    from param_compute.capture.step_file import step_path
+    from param_compute.spec.step_file import step_path
 
     check_outputs({"-o/--output": args.output, "report": report_path(args.output),
                    "step file": step_path(args.output)},
@@ -221,7 +221,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         check_capture_outputs(args)
         if args.from_et is not None:
-            from param_compute.capture.execution_trace import capture_execution_trace
+            from param_compute.capture.trace.execution_trace import capture_execution_trace
 
             workload = capture_execution_trace(
                 args.from_et, skip_views=args.skip_views, step=args.step,
@@ -238,7 +238,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"error: nothing to replay: {workload.summary()}", file=sys.stderr)
         return EXIT_INVALID
     if not args.no_validate:
-        from param_compute.runtime.session import Toolchain
+        from param_compute.runtime.toolchain import Toolchain
 
         try:
             toolchain = Toolchain.start()

@@ -1,7 +1,7 @@
 """Who measured a results file: its machine identity and its default label, from the header.
 
 The machine of a series is host, device, threads, torch and the peaks fingerprint (the peaks
-cache key of that setup, ``runtime.peaks.machine_key``, and the ``--peaks`` file when one was
+cache key of that setup, ``measure.peaks.machine_key``, and the ``--peaks`` file when one was
 given): numbers of two machines are never one series. The default label is the header's git
 commit when it has one (``sys_info.git_commit``), else torch's version and the commit torch was
 built from (``sys_info.pytorch_git_version``). The header is untrusted input: every field is
@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
-from param_compute.runtime.peaks import machine_key
+from param_compute.measure.peaks import machine_key
 
 #: Longest text kept of one header field.
 MAX_FIELD = 200

@@ -4,7 +4,7 @@ The file is streamed (``results.file.ResultsStream``): each measured pass (a fin
 above 0) of each ``ok`` record is a point (median and its 95% interval) of the series
 (machine, op, config, pass), written in batches. Damaged lines are skipped and listed, never a reason to drop the rest. A captured
 workload's step totals are series too (``workload step``): Σ median × count (the isolated
-replay) and, when the file holds a step replay, the in-step total (``results.ledger``).
+replay) and, when the file holds a step replay, the in-step total (``analysis.ledger``).
 
 The file's identity is the hash of its bytes (``results.file.file_digest``): the same file
 added twice adds nothing the second time. All of one add is one transaction: a killed add
@@ -29,7 +29,7 @@ from param_compute.plan.summary import config_label
 from param_compute.results.fields import measured_passes
 from param_compute.results.file import (LineProblem, ResultsFileError, ResultsStream,
                                         file_digest)
-from param_compute.results.ledger import build_ledger, ledger_fields
+from param_compute.analysis.ledger import build_ledger, ledger_fields
 
 #: Points written per ``executemany``.
 BATCH = 2000

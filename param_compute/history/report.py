@@ -24,7 +24,7 @@ from param_compute.history.plot import series_svg
 from param_compute.history.series import Series
 from param_compute.history.steps import Step, detect
 from param_compute.history.store import HistoryStore
-from param_compute.results.outputs import write_output
+from param_compute.files import write_output
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}

@@ -45,7 +45,7 @@ def follow_capture(spec, options: RunOptions, follow: bool) -> RunOptions:
         changes["device"] = settings["device"]
     options = replace(options, **changes).check()
     if not options.dry_run and "device" in changes:
-        from param_compute.runtime.devices import check_device
+        from param_compute.measure.devices import check_device
 
         check_device(options.device)
     log.info("--match-capture: running with -d %s --num-threads %d, as captured",

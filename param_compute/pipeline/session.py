@@ -113,11 +113,11 @@ class Session:
             options = dataclasses.replace(options, device=self.shard.device(options.device))
         self.options = options.check()
         if not options.dry_run:
-            from param_compute.runtime.devices import check_device
+            from param_compute.measure.devices import check_device
 
             check_device(options.device)
         if options.peaks or (options.throughput and not options.dry_run):
-            from param_compute.runtime.calibrate import peaks_for_run
+            from param_compute.measure.calibrate import peaks_for_run
 
             # A bad peaks file (or cache) is bad input: said before anything runs.
             peaks_for_run(options.device, options.num_threads, options.peaks)
@@ -136,7 +136,7 @@ class Session:
 
     def _claim_outputs(self) -> None:
         """Every output checked and the results file locked, before anything is written."""
-        from param_compute.results.outputs import check_outputs, lock_results, unused_name
+        from param_compute.files import check_outputs, lock_results, unused_name
 
         path = self.outputs.results_path(datetime.now())
         if self.shard is not None and path is not None:  # out.json -> out.shard0of2.json

@@ -10,7 +10,7 @@ they need no communication; each keeps its own runs through the engine's ``run_f
 writes its own results file next to ``--output`` (``out.json`` -> ``out.shard0of2.json``).
 
 The shard's header says which shard it is and how to put the runs back in plan order, for
-``python -m param_compute.results.merge``.
+``python -m param_compute.analysis.merge``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def warm_up_kineto() -> None:
 
 def _run_key(range_name: str) -> Optional[str]:
     """``param_compute|OP|CFG|BUILD|INPUT[|phase|pass]`` -> ``OP|CFG|BUILD|INPUT``."""
-    from param_compute.runtime.ranges import parse_range_name
+    from param_compute.measure.ranges import parse_range_name
 
     parsed = parse_range_name(range_name)
     return None if parsed is None else parsed[0].text
@@ -119,7 +119,7 @@ def write_summary(results: Path, trace_file: Path, settings: CuptiSettings) -> P
     """Summarize the trace's counters into ``RESULTS_cupti.json``; say when it holds none."""
     summary = summarize_trace(trace_file, settings.metrics)
     path = Path(f"{Path(results).with_suffix('')}_cupti.json")
-    from param_compute.results.outputs import write_new
+    from param_compute.files import write_new
 
     write_new(path, json.dumps({"trace_file": str(trace_file), "metrics": list(settings.metrics),
                                 "per_kernel": settings.per_kernel, "runs": summary}, indent=1)

@@ -109,7 +109,7 @@ class Profiler:
     def command(self, output: Path, child: Sequence[str]) -> List[str]:
         """The profiler's defaults, then the user's args file, then the child command."""
         if self.kind == "ncu":
-            from param_compute.runtime.ranges import NCU_ITERATION_FILTER  # imports nvtx
+            from param_compute.measure.ranges import NCU_ITERATION_FILTER  # imports nvtx
 
             head = [self.binary, "--csv", "--log-file", str(output), "--target-processes", "all",
                     "--nvtx", "--nvtx-include", NCU_ITERATION_FILTER]

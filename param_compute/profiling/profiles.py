@@ -224,7 +224,7 @@ def render(table: KernelTable, console, title: str, max_rows: int = 200) -> None
 
 def write_csv(table: KernelTable, path: Path) -> None:
     """Every row: op, id, pass, kernel, launches, mean and total duration (ns), metric means."""
-    from param_compute.results.outputs import open_output
+    from param_compute.files import open_output
 
     with open_output("--csv", path) as stream:  # never through a link (OptionsError)
         writer = csv.writer(stream)

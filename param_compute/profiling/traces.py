@@ -2,7 +2,7 @@
 
 Both files are written beside the results file (``RESULTS_trace.json``, ``RESULTS_et.json``).
 While profiling, every run and timed phase is also a torch.profiler range named with the op name
-and run id (see ``runtime.ranges``), so the trace can be sliced by run.
+and run id (see ``measure.ranges``), so the trace can be sliced by run.
 """
 
 from __future__ import annotations

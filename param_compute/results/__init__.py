@@ -1,1 +1,1 @@
-"""Stage 4, results: records, statistics, the one results-file owner, sinks and tools."""
+"""Results: typed records, statistics, the one results-file owner and the live sinks."""

@@ -10,6 +10,17 @@ import math
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 
+#: The largest time (us, ms) or page count per call or step taken from a file: what is more
+#: (or negative, or not finite) is no measurement, and its sums would overflow to infinity.
+MAX_NUMBER = 1e15
+
+
+def measured(value: Any) -> Optional[float]:
+    """A time or count from a file, as a float; None where it is no measurement."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0 <= value <= MAX_NUMBER else None
+
+
 def run_of(record: Dict[str, Any]) -> Tuple[str, str]:
     """(op name, run id) of a record, as text (the parts of its run key)."""
     return str(record.get("op_name")), str(record.get("id"))

@@ -120,7 +120,7 @@ class RunRecord:
     repetition_medians: Optional[Dict[str, List[float]]] = None
 
     #: How far the canary's time drifted from its own baseline around this run (a fraction:
-    #: 0.4 is 40% slower), when beyond its noise band (``runtime.canary``).
+    #: 0.4 is 40% slower), when beyond its noise band (``measure.canary``).
     canary_drift: Optional[float] = None
 
     def stats(self) -> Dict[str, Optional[Dict[str, Any]]]:

@@ -1,1 +1,1 @@
-"""Stage 3b, running: engine, executor, data, the timing loop, profiler ranges, devices, guards."""
+"""Running a plan: engine, executor, isolation, options, guards and the step replay."""

@@ -60,7 +60,7 @@ class ChildReplay:
     @classmethod
     def start(cls, given: Dict[str, Any], **overrides: Any) -> "ChildReplay":
         """From a setup; ``overrides`` replace options (``isolate=False`` in a worker)."""
-        from param_compute.runtime.devices import check_device
+        from param_compute.measure.devices import check_device
         from param_compute.runtime.executor import Executor
         from param_compute.runtime.toolchain import Toolchain
 

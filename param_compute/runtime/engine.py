@@ -94,7 +94,7 @@ class Engine:
             from param_compute.runtime.isolation import IsolatedExecutor
             from param_compute.runtime.repetitions import RepeatedExecutor
 
-            from param_compute.runtime.canary import Canary
+            from param_compute.measure.canary import Canary
 
             return RepeatedExecutor(lambda: IsolatedExecutor(context), self._selected(),
                                     self.options.repetitions, self.options.seed,

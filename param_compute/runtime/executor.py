@@ -14,12 +14,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from param_compute.runtime.ranges import Annotator, run_range_name
-from param_compute.runtime.cold import ColdCache
+from param_compute.measure.ranges import Annotator, run_range_name
+from param_compute.measure.cold import ColdCache
 from param_compute.runtime.context import ExecutionContext
-from param_compute.runtime.data import seed_for_run, seed_generators
-from param_compute.runtime.devices import open_device
-from param_compute.runtime.device_samples import watch_clocks
+from param_compute.data.generator import seed_for_run, seed_generators
+from param_compute.measure.devices import open_device
+from param_compute.measure.device_samples import watch_clocks
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
@@ -28,9 +28,9 @@ from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weigh
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
-from param_compute.runtime.canary import Canary
-from param_compute.runtime.measure import PassMeasurer
-from param_compute.runtime.calibrate import main_dtype, peaks_for_run
+from param_compute.measure.canary import Canary
+from param_compute.measure.passes import PassMeasurer
+from param_compute.measure.calibrate import main_dtype, peaks_for_run
 
 log = logging.getLogger("param_compute")
 
@@ -118,7 +118,7 @@ class Executor:
         torch.set_num_threads(options.num_threads)
         self.device = open_device(options.device, flush_l2=not options.cuda_l2_cache)
         self.watch = watch_clocks(self.device)  # per-sample GPU clocks (NVML), None off CUDA
-        self.cold = ColdCache.attach(options.cold, self.device)  # --cold (runtime.cold)
+        self.cold = ColdCache.attach(options.cold, self.device)  # --cold (measure.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
         self.measurer = PassMeasurer(options, self.device, self.annotator, self.watch)
         self.canary = Canary() if options.canary and not options.nvtx_iterations else None
@@ -142,7 +142,7 @@ class Executor:
         return self.generators[name]
 
     def execute(self, run: PlannedRun) -> RunRecord:
-        """Measure one run, the canary read around it (``runtime.canary``) unless turned off."""
+        """Measure one run, the canary read around it (``measure.canary``) unless turned off."""
         if self.canary is None:
             return self._execute(run)
         started = self.canary.before()

@@ -7,7 +7,7 @@ import typing
 from typing import Any, Optional, Union
 
 from param_compute.errors import OptionsError
-from param_compute.runtime.timing import ExecMode
+from param_compute.measure.timing import ExecMode
 
 
 def typed_value(value: Any, hint: Any, where: str) -> Any:

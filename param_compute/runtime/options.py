@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
-from param_compute.runtime.clocks import TIMERS, measuring_refusal, timer_refusal
+from param_compute.measure.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
 from param_compute.runtime.option_values import host_gaps_refusal, typed_value
-from param_compute.runtime.timing import ExecMode
+from param_compute.measure.timing import ExecMode
 
 
 #: ``--num-threads`` may oversubscribe the CPUs this process can use up to this factor.
@@ -112,7 +112,7 @@ class RunOptions:
         help="after the -w calls keep warming up until S seconds of calls have run (with "
              "--min-time also until the per-block median settles); recommended: "
              "--warmup-time 0.2 --min-time 0.5")
-    #: --max-noise/--max-time (``runtime.measure``); --timer (``runtime.clocks.TIMERS``).
+    #: --max-noise/--max-time (``measure.passes``); --timer (``measure.clocks.TIMERS``).
     max_noise: float = flag(
         "--max-noise", default=0.0, type=float, metavar="PCT",
         help="keep measuring until the median's 95%% interval is within ±PCT%% of it (at least "
@@ -127,7 +127,7 @@ class RunOptions:
         "--discard-disturbed", default=False, action="store_true",
         help="drop samples whose wall time exceeds their thread CPU time by over 10%%")
     canary: bool = flag("--no-canary", default=True, action="store_false",
-                        help="no canary workload between configs (runtime.canary)")
+                        help="no canary workload between configs (measure.canary)")
     keep_samples: int = flag("--keep-samples", default=2000, type=int, metavar="N",
                              help="keep at most N raw times per pass, evenly spread (default "
                                   "2000); the stats come from all")
@@ -205,7 +205,7 @@ class RunOptions:
     #: Put each measured iteration in its own NVTX range (the --ncu/--nsys profiler child only).
     nvtx_iterations: bool = False
     #: Time with a cold cache: "rotate" among copies of the inputs, "flush" a buffer before
-    #: each discrete iteration, or "both" (``runtime.cold``); None: warm, as PARAM.
+    #: each discrete iteration, or "both" (``measure.cold``); None: warm, as PARAM.
     cold: Optional[str] = flag(
         "--cold", default=None, nargs="?", const="rotate", choices=["rotate", "flush", "both"],
         help="time with the inputs out of the cache: rotate (the bare flag) among copies of "

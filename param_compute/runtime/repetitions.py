@@ -59,7 +59,7 @@ def _combined_pass(passes: Sequence[PassResult], keep: Optional[int] = None) -> 
         summary["n"] = sum((p.stats() or {}).get("n", 0) for p in passes)
         facts["kept"] = len(times)
     if thinned:
-        from param_compute.runtime.measure import PER_SAMPLE
+        from param_compute.measure.passes import PER_SAMPLE
 
         times, facts["kept"] = thin(times, keep), keep
         extra.update({key: thin(extra[key], keep) for key in PER_SAMPLE if key in extra})
@@ -108,7 +108,7 @@ class RepeatedExecutor:
         self.runs = list(runs)
         self.count = count
         self.seed = seed
-        #: ``runtime.canary.Canary`` read in this process before and after each repetition
+        #: ``measure.canary.Canary`` read in this process before and after each repetition
         #: (None: ``--no-canary``); a drift outside its band marks that repetition's records.
         self.canary = canary
         self.repetition_drifts: List[Optional[float]] = []

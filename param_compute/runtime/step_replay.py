@@ -1,7 +1,7 @@
 """``run_benchmark --replay-step``: the captured step replayed as a whole, in order.
 
 Isolated replay times each config alone, hot, on inputs it made itself. A step replay runs the
-step's calls (``NAME.step.json``, see ``capture.step_file``) in their captured order: each
+step's calls (``NAME.step.json``, see ``spec.step_file``) in their captured order: each
 call's tensor inputs are the outputs of the earlier calls that produced them, so the step
 allocates where it allocated and reads what was written long before; only the step's external
 tensors (parameters, the batch, outputs of calls that were not captured) are generated, once,
@@ -36,13 +36,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from param_compute.capture.step_file import path_text
-from param_compute.runtime.data import materialize, seed_for_run, seed_generators
-from param_compute.runtime.devices import open_device
+from param_compute.spec.step_file import path_text
+from param_compute.data.generator import materialize, seed_for_run, seed_generators
+from param_compute.measure.devices import open_device
 from param_compute.runtime.step_gaps import fit_gaps
 from param_compute.runtime.step_binding import (Slot, arg_value, locate, output, set_arg,
                                                 tensor_spec)
-from param_compute.process.faults import minor_faults
+from param_compute.measure.faults import minor_faults
 
 log = logging.getLogger("param_compute")
 

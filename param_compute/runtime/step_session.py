@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from param_compute.capture.step_file import (StepFileError, read_step_file, step_path)
+from param_compute.spec.step_file import (StepFileError, read_step_file, step_path)
 from param_compute.errors import Problem
 from param_compute.plan.runplan import plan_runs
 from param_compute.results.sinks.base import RecordSink

@@ -49,7 +49,7 @@ def sys_info(device: str, include_torch: bool = True,
             info["cuda_device_name"] = props.name
             info["cuda_device_capability"] = f"{props.major}.{props.minor}"
             info["cuda_device_memory_bytes"] = props.total_memory
-            from param_compute.runtime.gpu_clocks import clocks_header
+            from param_compute.measure.gpu_clocks import clocks_header
 
             info["gpu_clocks"] = clocks_header(index)  # and a warning when not locked
     return info

@@ -33,7 +33,7 @@ def _full_resolver(registries: Registries):
 
 def _default_data_generator():
     """``PyTorch:DefaultDataGenerator``, imported (with torch) only when data are generated."""
-    from param_compute.runtime.data import DefaultDataGenerator
+    from param_compute.data.generator import DefaultDataGenerator
 
     return DefaultDataGenerator()
 

@@ -8,10 +8,10 @@ placed zeros, runs several times slower than over ordinary values):
 ``value_profile``: ``{"zeros": Z, "subnormal": S}``, the fractions of exact zeros and of
   subnormal values (nonzero, smaller in magnitude than the dtype's smallest normal number),
   each in [0, 1], ``Z + S <= 1``, either key optional (0 when absent). The data generator
-  (``runtime.data``) makes each element independently a zero with probability Z, a positive
+  (``data.generator``) makes each element independently a zero with probability Z, a positive
   subnormal with probability S, and otherwise what it would have been without the key.
 
-A live capture (``capture.value_profile``) writes the key only where it is significant
+A live capture (``capture.live.value_profile``) writes the key only where it is significant
 (``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ
 by sampling noise still fold into one config; ``zero_rows`` only where most zeros lie in zero
 rows (``ROWS_SHARE``) and it says something (rows wider than one element, not all zeros).

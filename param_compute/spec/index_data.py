@@ -1,7 +1,7 @@
 """Integer tensors whose values have a structure: what a spec may say about them, checked.
 
 Three optional keys of a ``tensor`` data spec (integer dtypes only) say how its values are made;
-validation checks them with these functions and the data generator (``runtime.data``) reads them
+validation checks them with these functions and the data generator (``data.generator``) reads them
 through ``parse_distribution``. Torch-free.
 
 ``distribution``: how values are drawn from ``value_range`` (or the default integer range):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from param_compute.runtime.data import DefaultDataGenerator, materialize
+from param_compute.data.generator import DefaultDataGenerator, materialize
 
 
 def materialize_arg(arg: Dict[str, Any], device: str) -> Any:

@@ -28,7 +28,7 @@ class OpExecutor:
 
     def _open_device(self):
         if self._device is None:
-            from param_compute.runtime.devices import check_device, open_device
+            from param_compute.measure.devices import check_device, open_device
 
             check_device(self.device_name)
             self._device = open_device(self.device_name, flush_l2=not self.options.cuda_l2_cache)
@@ -61,7 +61,7 @@ class OpExecutor:
 
     def _timed(self, pass_name: str, fn: Callable[[], Any],
                prepare: Optional[Callable[[], Any]]) -> Dict[str, List[float]]:
-        from param_compute.runtime.timing import time_calls
+        from param_compute.measure.timing import time_calls
 
         device, mode = self._device, self.options.exec_mode
         times: Dict[str, List[float]] = {}

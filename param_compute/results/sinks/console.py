@@ -29,7 +29,7 @@ from param_compute.plan.runkey import key_of
 from param_compute.results.records import STATUS_DRY_RUN, STATUS_OK, RunRecord
 from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_noisy
 from param_compute.results.utilization import percent_of_peak
-from param_compute.results.workload_totals import WorkloadTotals
+from param_compute.results.totals import WorkloadTotals
 from param_compute.formatting import cell, format_ms
 
 log = logging.getLogger("param_compute")

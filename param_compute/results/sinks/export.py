@@ -37,7 +37,7 @@ from param_compute.plan.runkey import key_of
 from param_compute.plan.summary import dtypes_summary, params_summary, shapes_summary
 from param_compute.results.fields import measured_passes, pass_throughput, peak_memory_mb
 from param_compute.results.file import ResultsFileError, ResultsStream, stream_results
-from param_compute.results.outputs import open_new
+from param_compute.files import open_new
 from param_compute.results.sinks.base import RecordSink
 
 log = logging.getLogger("param_compute")

@@ -1,0 +1,1 @@
+"""Offline tools over results files: compare, merge, rounds, totals, the ledger, reports."""

@@ -1,0 +1,389 @@
+"""The fidelity ledger: which numbers of a captured workload's replay predict production.
+
+Per op and for the step: the original (the captured run's op time: Kineto with the
+profiler's per-call cost subtracted, or each op timed in place by ``capture --run``), the
+in-step replay (``--replay-step``: the step replayed in order, outputs fed to consumers), the
+isolated replay (Σ median × count) and the real step when the capture timed it. Where two
+of them differ by more than ``AGREE`` a one-word reason says why (the gap to the original
+first: it says whether the replay predicts production), as a hint from the op, its page
+faults and the direction of the gap:
+
+* ``missing``: not captured, or failed in the replay (no replay time at all);
+* ``profiler``: the original reads longer than the replay and comes from a profiler trace
+  (its per-call cost; small calls above all), or, timed in place by ``capture --run``, its
+  calls are small (under ``SMALL_CALL_US`` each: the in-place timer's own Python between
+  calls leaves a call of a few microseconds colder than the step ran it);
+* ``data``: an op whose time depends on index or integer data (embedding, gather, pooling
+  indices, losses over targets): generated data differ from the real ones;
+* ``allocation``: the op's minor page faults per step (first touches of fresh memory) differ
+  between the original and the in-step replay in the direction of the time gap (the allocator
+  handed one fresh pages and the other recycled memory), or slower in the step than isolated
+  while making a fresh output the step touches first (which a hot isolated loop reuses; where
+  the replay counted no first touches, that gap is ``cache``);
+* ``cache``: any other gap between in-step and isolated or original (inputs written long
+  before in the step, hot and alone in isolation).
+
+Torch-free: it reads the results file's records and its ``step_replay`` line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from param_compute.formatting import printable
+from param_compute.plan.runkey import key_of
+from param_compute.results.fields import MAX_NUMBER, measured
+
+#: Ratios within 1/AGREE .. AGREE count as agreeing.
+AGREE = 1.25
+#: Calls shorter than this (µs, in the original) are the in-place timer's to perturb.
+SMALL_CALL_US = 25.0
+#: Page faults per step that make a difference (4 MiB of first touches: about a millisecond).
+FAULT_PAGES = 1024
+#: Op name parts whose time depends on the values of index or integer data.
+DATA_OPS = ("embedding", "index", "gather", "scatter", "take", "put", "pool", "nll_loss",
+            "unique", "bincount", "one_hot", "sort", "topk", "ctc")
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return measured(a / b) if a is not None and b else None
+
+
+def _differs(ratio: Optional[float]) -> bool:
+    return ratio is not None and not 1 / AGREE <= ratio <= AGREE
+
+
+def _data_op(op: str) -> bool:
+    base = op.split("::", 1)[-1]
+    return any(part in base for part in DATA_OPS)
+
+
+def _faults_explain(ratio: float, in_step_faults: Optional[float],
+                    original_faults: Optional[float]) -> bool:
+    """Whether the op's page faults differ enough, and in the time gap's direction, to be its
+    cause (the replay faulting more where it is slower, or less where it is faster)."""
+    if in_step_faults is None or original_faults is None:
+        return False
+    more = in_step_faults - original_faults
+    return abs(more) >= max(FAULT_PAGES, 0.25 * max(in_step_faults, original_faults)) \
+        and (more > 0) == (ratio > 1)
+
+
+def reason(op: str, original: Optional[float], in_step: Optional[float],
+           isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
+           original_faults: Optional[float] = None, calls: int = 0) -> str:
+    """The one-word reason for a gap in an op's row ('' where its numbers agree);
+    ``calls``: the op's calls per step (for the time of one call in the original). The gap
+    to the original comes first (it says whether the replay predicts production); the gap
+    between isolated and in-step replay is explained where the original agrees."""
+    replay = in_step if in_step is not None else isolated
+    if not replay:
+        return "missing" if original else ""
+    to_original = _ratio(replay, original)
+    if _differs(to_original):
+        if in_step is not None and _faults_explain(to_original, in_step_faults,
+                                                   original_faults):
+            why = "allocation"
+        elif _data_op(op):
+            why = "data"
+        else:
+            small = bool(calls) and original is not None \
+                and original * 1e3 / calls < SMALL_CALL_US
+            why = "profiler" if to_original < 1 and (profiled or small) else "cache"
+        return why
+    isolated_to_step = _ratio(isolated, in_step)
+    if _differs(isolated_to_step):
+        first_touch = in_step_faults is None or in_step_faults >= FAULT_PAGES
+        if _data_op(op):
+            why = "data"
+        elif isolated_to_step < 1 and not op.endswith("_") and first_touch:
+            why = "allocation"
+        else:
+            why = "cache"
+        return why
+    return ""
+
+
+def _step_line(extras: Iterable[Tuple[int, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+    found = None
+    for _, value in extras:
+        if isinstance(value, dict) and isinstance(value.get("step_replay"), dict):
+            found = value["step_replay"]
+    return found
+
+
+def _calls(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) \
+        and 0 <= value <= 2**53 else None
+
+
+def _original_side(original_us: Any, device_side: bool) -> Optional[float]:
+    if not isinstance(original_us, dict):
+        return None
+    if device_side and measured(original_us.get("device")):
+        return measured(original_us.get("device"))
+    return measured(original_us.get("cpu"))
+
+
+def ledger_fields(record: Dict[str, Any]) -> Dict[str, Any]:
+    """What :func:`build_ledger` reads of a record (kept while a file streams by): its key,
+    count, original time, status and forward median."""
+    forward = ((record.get("stats") or {}).get("forward") or {})
+    return {"op_name": record.get("op_name"), "id": record.get("id"),
+            "count": record.get("count"), "original_us": record.get("original_us"),
+            "status": record.get("status"),
+            "stats": {"forward": {"median": forward.get("median")}}}
+
+
+def build_ledger(records: Iterable[Dict[str, Any]],
+                 extras: Iterable[Tuple[int, Dict[str, Any]]] = (),
+                 run_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The ledger of a results file (its records, other lines and header's run options)."""
+    device_side = str((run_options or {}).get("device") or "cpu").startswith("cuda")
+    step = _step_line(extras) or {}
+    in_step_configs = step.get("configs") if isinstance(step.get("configs"), dict) else {}
+    ops: Dict[str, Dict[str, Any]] = {}
+    partial = set()
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        count = record.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            continue
+        op = str(record.get("op_name"))
+        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
+                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
+                                  "original_faults": None, "in_step_faults": None})
+        row["configs"] += 1
+        row["calls"] += count
+        original = _original_side(record.get("original_us"), device_side)
+        if original is not None:
+            row["original_ms"] = (row["original_ms"] or 0.0) + original * count / 1e3
+        median = measured(((record.get("stats") or {}).get("forward") or {}).get("median"))
+        if record.get("status") == "ok" and median is not None:
+            row["isolated_ms"] = (row["isolated_ms"] or 0.0) + median * count
+        else:
+            row["failed"] += 1
+        in_step = in_step_configs.get(key_of(op, record.get("id")))
+        if isinstance(in_step, dict) and measured(in_step.get("in_step_us")) is not None:
+            calls = _calls(in_step.get("calls"))
+            if calls is None:
+                calls = count
+            row["in_step_ms"] = (row["in_step_ms"] or 0.0) + in_step["in_step_us"] * calls / 1e3
+            for field, key in (("in_step_faults", "faults"), ("original_faults",
+                                                              "original_faults")):
+                per_call = measured(in_step.get(key))
+                if per_call is None:  # one config without counts: the op's sum is unknown
+                    partial.add((op, field))
+                else:
+                    row[field] = (row[field] or 0.0) + per_call * calls
+    for op, field in partial:
+        ops[op][field] = None
+    original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
+    how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
+    # Originals come from a profiler trace unless the capture timed them live.
+    profiled = "live timing" not in str(how.get("file", ""))
+    missing = []
+    for item in original_info.get("not_captured") or []:
+        if not isinstance(item, dict):
+            continue
+        original = _original_side(item.get("original_us"), device_side)
+        missing.append({"op": str(item.get("op")), "calls": _calls(item.get("calls")),
+                        "original_ms": original / 1e3 if original is not None else None})
+    rows = list(ops.values())
+    for item in missing:
+        if item["op"] in ops or not item["original_ms"]:
+            continue
+        rows.append({"op": item["op"], "configs": 0, "calls": item["calls"] or 0,
+                     "original_ms": item["original_ms"], "in_step_ms": None,
+                     "isolated_ms": None, "failed": 0, "original_faults": None,
+                     "in_step_faults": None})
+    for row in rows:
+        row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
+        row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
+        row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
+        row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
+                               row["isolated_ms"], profiled, row["in_step_faults"],
+                               row["original_faults"], row["calls"])
+    rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
+                                 r["isolated_ms"] or 0))
+    return _totals(rows, step, original_info, missing, device_side)
+
+
+def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
+    def total(key: str) -> Optional[float]:
+        values = [r[key] for r in rows if r[key] is not None]
+        return sum(values) if values else None
+
+    stats = step.get("stats") if isinstance(step.get("stats"), dict) else {}
+    recorded = original_info.get("total_us") if isinstance(original_info.get("total_us"),
+                                                            dict) else {}
+    side = "device" if device_side and measured(recorded.get("device")) else "cpu"
+    whole = measured((original_info.get("total_us") or {}).get(side)) \
+        if isinstance(original_info.get("total_us"), dict) else None
+    captured = measured((original_info.get("captured_us") or {}).get(side)) \
+        if isinstance(original_info.get("captured_us"), dict) else None
+    original_ms = whole / 1e3 if whole else total("original_ms")
+    captured_ms = captured / 1e3 if captured is not None else \
+        sum(r["original_ms"] or 0 for r in rows if r["configs"])
+    gaps = step.get("host_gaps") if isinstance(step.get("host_gaps"), dict) else {}
+    in_step = measured(stats.get("median"))
+    added = measured(gaps.get("added_us")) if gaps.get("kept") is True else None
+    if added is not None and (in_step is None or added / 1e3 > in_step * 1.001 + 1e-3):
+        added = None  # "of it": the waits are part of every step timed whole
+    real_us = measured(step.get("real_step_us"))
+    real_ms = real_us / 1e3 if real_us else None
+    outside = real_ms - original_ms if real_ms and original_ms and real_ms > original_ms else None
+    return {
+        "in_step_ms": in_step,
+        "host_gaps_ms": added / 1e3 if added is not None else None,
+        "in_step_ops_ms": total("in_step_ms"),
+        "in_step_faults": total("in_step_faults"),
+        "original_faults": total("original_faults"),
+        "isolated_ms": total("isolated_ms"),
+        "original_ms": original_ms,
+        "original_captured_ms": captured_ms if original_ms else None,
+        "real_step_ms": real_ms,
+        "outside_ops_ms": outside,
+        "host_gaps_kept": gaps.get("kept") is True,
+        "covered_fraction": _ratio(captured_ms, original_ms),
+        "original_side": side,
+        "step_replay": {key: _calls(step[key]) if key != "error" else printable(step[key])[:500]
+                        for key in ("calls", "replayed_calls", "iterations", "fed_inputs",
+                                    "dataflow_mismatches", "failed_calls", "error")
+                        if key in step} or None,
+        "not_captured": missing,
+        "ops": rows,
+    }
+
+
+#: The share of the real step outside its ops from which the ledger says why (10%).
+OUTSIDE_SHARE = 0.10
+
+
+def outside_note(ledger: Dict[str, Any]) -> Optional[str]:
+    """Why the in-step replay falls short of the real step when the step's time outside its
+    ops is large and the replay did not keep the original's host gaps; None otherwise."""
+    outside, real = ledger.get("outside_ops_ms"), ledger.get("real_step_ms")
+    if outside is None or not real or outside < OUTSIDE_SHARE * real \
+            or ledger.get("host_gaps_kept"):
+        return None
+    return (f"{100 * outside / real:.0f}% of the real step is outside its ops (framework work "
+            "between calls, or a device waiting on its host): not replayed; --host-gaps on "
+            "keeps it")
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3f}" if value < 1e9 else f"{value:.3g}"
+
+
+def _x(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x" if value < 1e9 else f"{value:.3g}x"
+
+
+def _count(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.0f}" if value < 1e12 else f"{value:.3g}"
+
+
+def has_faults(ledger: Dict[str, Any]) -> bool:
+    return any(row.get("original_faults") is not None or row.get("in_step_faults") is not None
+               for row in ledger["ops"])
+
+
+def faults_text(row: Dict[str, Any]) -> str:
+    """``original/in-step`` page faults per step, ``-`` for an unknown side."""
+    return "/".join(_count(row.get(key)) for key in ("original_faults", "in_step_faults"))
+
+
+def format_ledger(ledger: Dict[str, Any]) -> str:
+    """The ledger as plain text: the step totals, then one row per op."""
+    lines = ["fidelity ledger (ms per step):"]
+    for label, key in (("real step (unprofiled)", "real_step_ms"),
+                       ("in-step replay", "in_step_ms"),
+                       ("  of it, host gaps kept (--host-gaps)", "host_gaps_ms"),
+                       ("in-step replay, sum of ops", "in_step_ops_ms"),
+                       ("isolated replay, Σ median × count", "isolated_ms"),
+                       (f"original op time ({ledger['original_side']})", "original_ms"),
+                       ("original op time captured", "original_captured_ms")):
+        if key == "host_gaps_ms" and ledger.get(key) is None:
+            continue
+        lines.append(f"  {label:<36} {_ms(ledger[key]):>12}")
+    if ledger["covered_fraction"] is not None:
+        lines.append(f"  {'covered by the capture':<36} {100 * ledger['covered_fraction']:>11.1f}%")
+    if ledger.get("outside_ops_ms") is not None:
+        lines.append(f"  {'real step outside its ops':<36} {_ms(ledger['outside_ops_ms']):>12}")
+    if ledger["real_step_ms"] and ledger["in_step_ms"]:
+        lines.append(f"  {'in-step / real step':<36} "
+                     f"{_x(_ratio(ledger['in_step_ms'], ledger['real_step_ms'])):>12}")
+    note = outside_note(ledger)
+    if note:
+        lines.append(f"  ({note})")
+    touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
+    if any(count is not None and count >= FAULT_PAGES for count in touched):
+        lines.append(f"  {'first touches a step, orig / in-step':<36} "
+                     f"{'/'.join(_count(c) for c in touched):>12}")
+        lines.append("  (fresh pages: how many a step takes depends on the host allocator's "
+                     "settings, sys_info.allocator)")
+    faults = has_faults(ledger)
+    header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
+              f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}"
+              + (f" {'faults orig/step':>17}" if faults else "") + "  reason")
+    lines += ["", header, "-" * len(header)]
+    for row in ledger["ops"]:
+        lines.append(f"{printable(row['op'][:36]):<36} {row['calls']:>6} "
+                     f"{_ms(row['original_ms']):>10} "
+                     f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
+                     f"{_x(row['in_step_over_original']):>9} "
+                     f"{_x(row['isolated_over_original']):>9} "
+                     f"{_x(row['isolated_over_in_step']):>9}"
+                     + (f" {faults_text(row):>17}" if faults else "") + f"  {row['reason']}")
+    if faults:
+        lines.append("faults: minor page faults per step (first touches of fresh memory), in "
+                     "the original / in the in-step replay")
+    if ledger["not_captured"]:
+        lines.append("")
+        lines.append("not captured: " + ", ".join(
+            f"{printable(m['op'][:60])} x{'?' if m['calls'] is None else m['calls']}"
+            + (f" ({_ms(m['original_ms'])} ms)"
+                                         if m["original_ms"] else "")
+            for m in ledger["not_captured"][:12])
+            + (" ..." if len(ledger["not_captured"]) > 12 else ""))
+    return "\n".join(lines)
+
+
+def ledger_section(ledger: Dict[str, Any]) -> str:
+    """The HTML report's first section (empty when the results hold no captured workload)."""
+    from html import escape
+
+    if not ledger["ops"]:
+        return ""
+    totals = "".join(
+        f"<tr><td>{escape(label)}</td><td class=\"num\">{_ms(ledger[key])}</td></tr>"
+        for label, key in (("real step (unprofiled)", "real_step_ms"),
+                           ("in-step replay", "in_step_ms"),
+                           ("of it, host gaps kept (--host-gaps)", "host_gaps_ms"),
+                           ("isolated replay, Σ median × count", "isolated_ms"),
+                           ("original op time", "original_ms"),
+                           ("original op time captured", "original_captured_ms"),
+                           ("real step outside its ops", "outside_ops_ms"))
+        if key not in ("host_gaps_ms", "outside_ops_ms") or ledger.get(key) is not None)
+    note = outside_note(ledger)
+    if note:
+        totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
+    faults = has_faults(ledger)
+    head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
+            "isolated / original", "isolated / in-step") \
+        + (("page faults, original / in-step",) if faults else ()) + ("reason",)
+    body = "".join(
+        f"<tr><td>{escape(row['op'])}</td><td class=\"num\">{row['calls']}</td>"
+        + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
+            _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
+            _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),
+            _x(row["isolated_over_in_step"])) + ((faults_text(row),) if faults else ()))
+        + f"<td>{escape(row['reason'])}</td></tr>" for row in ledger["ops"])
+    return ("<h2>Fidelity ledger: which numbers predict production</h2>"
+            "<p class=\"note\">ms per step; a reason names the likely cause where two numbers "
+            f"differ by more than {int(100 * (AGREE - 1))}%.</p>"
+            f"<table><tbody>{totals}</tbody></table><table><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in head) + f"</tr></thead><tbody>{body}"
+            "</tbody></table>")

@@ -1,0 +1,118 @@
+"""Where a captured workload's time goes: each config's median times its ``count``, by operator.
+
+A captured spec (``python -m param_compute.capture``) carries, per input config, how often the
+config occurred in the captured step. Replaying it measures each config once; the workload's time
+is then the sum over configs of median x count. The sums are kept by
+``results.totals``; this module prints them.
+
+Where the capture joined a Kineto trace (``capture --kineto``), each record also carries its
+config's ``original_us`` (mean CPU and device time per call in the captured run): the original
+time of each op (x count) is summed beside the replayed one, so that where a replay differs from
+production shows at a glance (``comparison_rows``; ``python -m param_compute.workload_totals
+RESULTS.json`` prints the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict, List, Optional
+
+from param_compute.plan.summary import cut
+from param_compute.results.totals import WorkloadTotals
+
+def comparison_rows(totals: WorkloadTotals) -> List[Dict[str, Any]]:
+    """Per op with an original time: replayed Σ median x count beside the original Σ time x
+    count (CPU and device, ms) and replayed / original (device time where recorded, else CPU),
+    largest original first."""
+    rows = []
+    for op in totals.by_op.values():
+        if not op.original_calls:
+            continue
+        original = op.original_device_ms or op.original_cpu_ms
+        rows.append({"op": op.op_name, "configs": op.configs, "calls": op.calls,
+                     "replayed_ms": op.total_ms, "original_cpu_ms": op.original_cpu_ms,
+                     "original_device_ms": op.original_device_ms,
+                     "ratio": op.total_ms / original if original and op.calls else None})
+    return sorted(rows, key=lambda r: -(r["original_device_ms"] or r["original_cpu_ms"]))
+
+
+def format_comparison(rows: List[Dict[str, Any]]) -> str:
+    """The comparison as a plain-text table."""
+    header = (f"{'op':<40} {'calls':>7} {'replayed ms':>12} {'orig cpu ms':>12} "
+              f"{'orig dev ms':>12} {'replay/orig':>11}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
+        lines.append(f"{row['op'][:40]:<40} {row['calls']:>7} {row['replayed_ms']:>12.3f} "
+                     f"{row['original_cpu_ms']:>12.3f} {row['original_device_ms']:>12.3f} "
+                     f"{ratio:>11}")
+    return "\n".join(lines)
+
+
+def format_top_configs(totals: WorkloadTotals) -> str:
+    """The largest configs (median x count) as a plain-text table, with their config labels."""
+    header = f"{'op':<28} {'id':<12} {'config':<36} {'median ms':>10} {'count':>6} {'share':>6}"
+    lines = [header, "-" * len(header)]
+    for top in totals.top_configs():
+        lines.append(f"{cut(top.op, 28):<28} {cut(top.id, 12):<12} {cut(top.config, 36):<36} "
+                     f"{top.median_ms:>10.4f} {top.count:>6} "
+                     f"{totals.share(top.total_ms):>6.1%}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
+    time per op beside the original time (from ``original_us``), the file read once. Exit 2:
+    unreadable file; lines of wrong types are warned (file, line, field) and left out."""
+    from param_compute.results.file import ResultsFileError, stream_results
+
+    parser = argparse.ArgumentParser(
+        prog="python -m param_compute.workload_totals",
+        description="Replayed median x count per op of a captured workload, beside the "
+                    "original time recorded in production (capture --kineto).")
+    parser.add_argument("results", help="a run_benchmark results file")
+    parser.add_argument("--json", action="store_true",
+                        help="print the fidelity ledger as one JSON object (analysis.ledger)")
+    args = parser.parse_args(argv)
+    from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_fields
+
+    totals = WorkloadTotals()
+    kept = {}  # what the ledger reads of each run (its latest record): a few numbers
+    try:  # one pass; unusable lines (a count that is no number...) warned with file and line
+        results = stream_results(args.results)
+        for _, record in results:
+            totals.add_json(record)
+            kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
+    except (OSError, ResultsFileError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if results.problem_count:
+        print(f"warning: {results.problem_count} line(s) of {args.results} not used (listed "
+              "above)", file=sys.stderr)
+    ledger = build_ledger(kept.values(), results.extras, results.run_options)
+    del kept
+    if args.json:
+        import json
+
+        print(json.dumps(ledger, indent=1))
+        return 0
+    print(f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
+          f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
+                                         f"({totals.failed_calls} calls) not measured"
+                                         if totals.failed_configs else ""))
+    if totals.configs:
+        print("largest configs (median × count):")
+        print(format_top_configs(totals))
+        print()
+    rows = comparison_rows(totals)
+    if rows:
+        print(format_comparison(rows))
+    else:
+        print("no original times: capture with --kineto to compare with production")
+    if ledger["ops"] and (ledger["in_step_ms"] is not None or ledger["original_ms"]):
+        print()
+        print(format_ledger(ledger))
+    return 0
+
+

@@ -1,0 +1,1 @@
+"""Capture from a live run: a dispatch mode recording each aten call, and the original timed."""

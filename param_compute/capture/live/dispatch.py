@@ -1,0 +1,203 @@
+"""Live capture: a ``TorchDispatchMode`` recording the aten calls of whatever runs inside it.
+
+    with param_compute.capture.capture_ops() as cap:
+        loss = model(x)
+        loss.backward()
+    cap.write("spec.json")
+
+The mode sits below autograd, so it sees the aten ops forward and backward actually dispatch
+(composite ops already decomposed, ``aten::linear`` as ``aten::t`` + ``aten::addmm``), each once:
+an op a kernel calls internally runs with the mode off and is not recorded again. Argument specs
+are taken before the call (an in-place op or ``resize_`` changes its inputs), and integer
+tensors record the actual min and max of their values, so replayed indices stay in range.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from param_compute.capture.schema_args import split_name
+from param_compute.capture.accounting import Unreplayable
+from param_compute.capture.step.dataflow import StepRecorder, TensorSlot
+from param_compute.capture.values import live_spec
+from param_compute.capture.workload import CapturedWorkload
+from param_compute.process.allocator import allocator_settings
+
+
+def _keys(tensor: torch.Tensor):
+    """(exact, layout) keys of a live tensor for the step's dataflow (``capture.step.dataflow``)."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # no storage (a sparse or wrapped tensor)
+        pointer = None
+    layout = ("L", pointer, tensor.storage_offset() if pointer is not None else None,
+              tuple(tensor.shape), tuple(tensor.stride()) if tensor.layout == torch.strided
+              else None, tensor.dtype, str(tensor.device))
+    return ("T", id(tensor)) + layout[1:], layout
+
+
+def tensor_slots(values, names=None) -> List[TensorSlot]:
+    """The tensors among ``values`` (a call's args, or outputs), each with its path and keys;
+    ``names`` gives the path heads (keyword names), positions otherwise."""
+    slots = []
+    for index, value in enumerate(values):
+        head = names[index] if names is not None else index
+        if isinstance(value, torch.Tensor):
+            slots.append(([head], *_keys(value)))
+        elif isinstance(value, (list, tuple)):
+            slots.extend(([head, j], *_keys(item)) for j, item in enumerate(value)
+                         if isinstance(item, torch.Tensor))
+    return slots
+
+
+class LiveCapture(TorchDispatchMode):
+    """Records every aten call made while active; ``spec()``/``write()`` give the workload."""
+
+    def __init__(self, skip_views: bool = False, source: str = "live capture",
+                 allow_namespaces: Sequence[str] = (),
+                 originals: Optional[Mapping[str, List[float]]] = None,
+                 original_faults: Optional[Mapping[str, List[float]]] = None,
+                 original_gaps: Optional[Mapping[str, List[Any]]] = None):
+        """``originals``: op (``str(func)``) -> the µs each of its calls took in place, in
+        order (``live_timing``): the k-th captured call of an op gets the k-th time;
+        ``original_faults`` likewise its minor page faults and ``original_gaps`` its (host gap
+        before it, host µs) (``live_timing.host_gaps``; the step file keeps both: a call not
+        captured adds its gap and its host time to the next captured call's gap)."""
+        super().__init__()
+        self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
+        self.workload.step = StepRecorder()
+        self.originals = originals
+        self.original_faults = original_faults
+        self.original_gaps = original_gaps
+        #: Host gap (µs) owed to the next captured call: the calls not captured since.
+        self.pending_gap = 0.0
+        self._seen: Counter = Counter()
+        self._watched: Dict[Any, weakref.finalize] = {}
+        self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
+        self.workload.allocator = allocator_settings()  # and the host allocator's settings
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        original, faults, gap = self._original(func)
+        config = self._record(func, args, kwargs, original)
+        gap_us = None
+        if gap is not None:
+            if config is None:  # its host time is the next captured call's gap
+                self.pending_gap += gap[0] + gap[1]
+            else:
+                gap_us, self.pending_gap = self.pending_gap + gap[0], 0.0
+        try:
+            inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
+        except Exception:  # the dataflow is a record, never a reason to fail the model
+            inputs = []
+        out = func(*args, **kwargs)
+        try:
+            outputs = tensor_slots(out if isinstance(out, tuple) else (out,))
+        except Exception:
+            outputs = []
+        self.workload.step.call(config, inputs, outputs,
+                                original[0] if original is not None else None, faults, gap_us)
+        if config is not None:
+            try:
+                self._watch(out)
+            except Exception:  # lifetimes are a record too, never a reason to fail the model
+                pass
+        return out
+
+    def _watch(self, out) -> None:
+        """Note when each output of the call just recorded is released (``StepRecorder``)."""
+        step = self.workload.step
+        index = len(step.calls) - 1
+        for k, value in enumerate(out if isinstance(out, tuple) else (out,)):
+            items = [((k,), value)] if isinstance(value, torch.Tensor) else \
+                [((k, j), item) for j, item in enumerate(value)
+                 if isinstance(item, torch.Tensor)] if isinstance(value, (list, tuple)) else []
+            for path, tensor in items:
+                try:
+                    self._watched[(index, path)] = weakref.finalize(
+                        tensor, self._released, index, path)
+                except TypeError:  # a tensor subclass that takes no weak references
+                    continue
+
+    def _released(self, index: int, path) -> None:
+        self._watched.pop((index, path), None)
+        self.workload.step.released(index, path)
+
+    def __exit__(self, *exc):
+        # Outputs alive now outlive the step (a gradient in .grad, the optimizer's state);
+        # what is released after the capture is the next step's business.
+        for (index, path), finalizer in list(self._watched.items()):
+            if finalizer.detach() is not None:
+                self.workload.step.outlives(index, path)
+        self._watched.clear()
+        return super().__exit__(*exc)
+
+    def _original(self, func):
+        """(the call's (CPU µs, None) in place, its page faults there, (its host gap, host
+        µs) in the step); None where unknown."""
+        if self.originals is None:
+            return None, None, None
+        name = str(func)
+        index = self._seen[name]
+        self._seen[name] += 1
+
+        def kth(table):
+            values = (table or {}).get(name)
+            return values[index] if values is not None and index < len(values) else None
+
+        time = kth(self.originals)
+        return ((time, None) if time is not None else None, kth(self.original_faults),
+                kth(self.original_gaps))
+
+    def _record(self, func, args, kwargs: Dict[str, Any], original=None):
+        """Capture one call; the config it went into (None: not captured)."""
+        schema = str(func._schema)
+        try:
+            arg_specs = [live_spec(value) for value in args]
+            kwarg_specs = {name: live_spec(value) for name, value in kwargs.items()}
+        except Exception as exc:  # recording never breaks the model it watches
+            reason = str(exc) if isinstance(exc, Unreplayable) else \
+                f"capture failed: {type(exc).__name__}: {exc}"
+            namespace, base, overload = split_name(schema)
+            self.workload.skip(f"{namespace}::{base}"
+                               + ("" if overload == "default" else f".{overload}"), reason,
+                               original=original)
+            return None
+        if self.workload.add(schema, arg_specs, kwarg_specs, original=original):
+            return self.workload.last_config
+        return None
+
+    # -- the workload ------------------------------------------------------------------------
+    def spec(self, param_form: bool = False) -> Dict[str, Any]:
+        return self.workload.spec(param_form)
+
+    def report(self) -> Dict[str, Any]:
+        return self.workload.report()
+
+    def write(self, path, param_form: bool = False):
+        """Write the spec to ``path`` and the capture report to ``NAME.capture.json``
+        (``param_form``: in the form PARAM's own replay runs, see ``capture.param_form``)."""
+        return self.workload.write(path, param_form)
+
+    @property
+    def skipped(self):
+        return self.workload.skipped
+
+
+def capture_ops(skip_views: bool = False, source: Optional[str] = None,
+                allow_namespaces: Sequence[str] = (),
+                originals: Optional[Mapping[str, List[float]]] = None,
+                original_faults: Optional[Mapping[str, List[float]]] = None,
+                original_gaps: Optional[Mapping[str, List[Any]]] = None) -> LiveCapture:
+    """A context manager capturing the aten calls made inside it (forward and backward), and
+    those of ``allow_namespaces`` (``fbgemm``...); ``originals``: each op's in-place times
+    (``live_timing.time_ops_in_place``), written as the configs' ``original_us``, and
+    ``original_faults`` their page faults and ``original_gaps`` the host time before them,
+    written to the step file."""
+    return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals,
+                       original_faults, original_gaps)

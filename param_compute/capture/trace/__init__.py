@@ -1,0 +1,1 @@
+"""Capture from recorded traces: execution traces and Kineto traces, read as untrusted data."""

@@ -1,0 +1,292 @@
+"""Execution traces (``torch.profiler.ExecutionTraceObserver``, Chakra schema 1.x) -> a workload.
+
+An execution trace is ``{"schema", "pid", "nodes": [...]}``; each node has an ``id``, its parent's
+id in ``ctrl_deps``, a ``name``, ``inputs``/``outputs`` as ``{values, shapes, types, strides}``
+and ``attrs`` (``op_schema`` among them; empty for record-function ranges). A tensor value is
+``[tensor_id, storage_id, offset, numel, itemsize, device]`` and its type ``Tensor(float)``;
+lists are ``GenericList[Int,Int]`` with per-item values, shapes and strides; ``None`` is
+``"<None>"``; ``ScalarType``/``Layout``/``MemoryFormat`` arguments are recorded as ``Int``.
+(Older traces, schema 1.0.x, keep ``inputs`` as a list beside ``input_shapes``/``input_types``
+and the parent in ``parent``: read too.)
+
+Which nodes are replayed, in which ``ProfilerStep#N`` window, and which are left out with
+their reason is ``trace_walk``'s job; this module turns each replayed node into a call (recorded
+``tensor_range`` data as ``value_range``, recorded strides or ``strides``' recovered ones,
+backend kernels as their native op) and hands it, with its original time where a Kineto trace
+is joined (``kineto``), to the workload.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from param_compute.capture.portable import native_call
+from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
+from param_compute.capture.trace.check import check_execution_trace, json_kind
+from param_compute.capture.trace.files import read_execution_trace
+from param_compute.capture.trace.walk import TraceTree, attr, replay_level_nodes, select_step
+from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
+from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUTS,
+                                          MEMORY_FORMATS, SCALAR_TYPES, float_spec, split_types,
+                                          tensor_spec)
+from param_compute.capture.workload import CapturedWorkload
+
+_ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
+NONE_VALUE = "<None>"
+
+
+def _inputs(node: Dict[str, Any]) -> Tuple[list, list, list, list]:
+    """(values, shapes, types, strides) of a node's inputs, either trace layout."""
+    inputs = node.get("inputs")
+    if isinstance(inputs, dict):
+        values = inputs.get("values") or []
+        return (values, inputs.get("shapes") or [None] * len(values),
+                inputs.get("types") or [], inputs.get("strides") or [None] * len(values))
+    values = inputs or []
+    return (values, node.get("input_shapes") or [None] * len(values),
+            node.get("input_types") or [], node.get("input_strides") or [None] * len(values))
+
+
+def replayed_operator_nodes(trace: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The operator calls a replay runs, each once, in id order (see ``trace_walk``)."""
+    return replay_level_nodes(TraceTree(trace))[0]
+
+
+def tensor_ranges(node: Dict[str, Any]) -> Dict[int, List[int]]:
+    """input index -> [min, max] recorded for integer tensors (``tensor_range``: traces recorded
+    with ENABLE_PYTORCH_EXECUTION_TRACE_SAVE_INTEGRAL_TENSOR_RANGE=1)."""
+    text = attr(node, "tensor_range")
+    if not text:
+        return {}
+    try:
+        ranges = json.loads(text) if isinstance(text, str) else text
+        return {int(index): [int(pair[0]), int(pair[1])] for index, pair in ranges.items()
+                if isinstance(pair, list) and len(pair) == 2}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _at(items: Any, index: int) -> Any:
+    return items[index] if isinstance(items, list) and index < len(items) else None
+
+
+def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
+                     arg: Optional[SchemaArg] = None,
+                     value_range: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+    """The data spec of one recorded input value (``value_range``: recorded [min, max] of an
+    integer tensor's data)."""
+    if type_name.startswith("Tensor(") and type_name.endswith(")"):
+        element = type_name[len("Tensor("):-1]
+        if element.startswith("nullptr"):
+            # An undefined tensor: Python passes it as None, for optional and (as some
+            # backward kernels take, e.g. an absent attention bias) plain Tensor arguments.
+            return {"type": "none"}
+        dtype = ET_DTYPES.get(element)
+        if dtype is None:
+            raise Unreplayable(f"a tensor of element type {element!r} (no spec dtype)")
+        if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+            raise Unreplayable("a tensor without a recorded shape")
+        device = value[5] if isinstance(value, list) and len(value) > 5 else "cpu"
+        offset = value[2] if isinstance(value, list) and len(value) > 2 \
+            and isinstance(value[2], int) else 0
+        stride = stride if isinstance(stride, list) and all(isinstance(s, int) for s in stride) \
+            else None
+        if value_range is not None and dtype not in INTEGER_SPEC_DTYPES:
+            value_range = None
+        return tensor_spec(dtype, shape, stride, str(device), offset, value_range)
+    if type_name == "Tensor":
+        return {"type": "none"}  # an undefined tensor recorded without an element type
+    if type_name.startswith("GenericList[") and type_name.endswith("]"):
+        item_types = split_types(type_name[len("GenericList["):-1])
+        values = value if isinstance(value, list) else []
+        if len(item_types) != len(values):
+            raise Unreplayable(f"a list whose recorded types and values disagree ({type_name})")
+        return {"type": "genericlist",
+                "value": [trace_value_spec(t, v, _at(shape, i), _at(stride, i))
+                          for i, (t, v) in enumerate(zip(item_types, values))]}
+    if type_name == "None" or value == NONE_VALUE:
+        return {"type": "none"}
+    kind = arg.enum_kind if arg is not None else None
+    if type_name in ("Int", "ScalarType", "Layout", "MemoryFormat") and kind:
+        name = _ENUMS[kind].get(value) if isinstance(value, (int, str)) else None
+        if name is None:
+            raise Unreplayable(f"{kind} value {json_kind(value)} has no spec name")
+        return {"type": kind, "value": name}
+    if type_name == "Int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Unreplayable(f"an Int argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return {"type": "int", "value": value}
+    if type_name == "Double":
+        try:  # some writers spell non-finite values as strings ("inf", "nan")
+            number = float(value) if isinstance(value, (int, float, str)) \
+                and not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise Unreplayable(f"a Double argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return float_spec(number)
+    if type_name == "Bool":
+        if not isinstance(value, (bool, int)):
+            raise Unreplayable(f"a Bool argument recorded as {json_kind(value)}",
+                               kind="unreadable")
+        return {"type": "bool", "value": bool(value)}
+    if type_name == "String":
+        return {"type": "str", "value": str(value)}
+    if type_name == "Device":
+        return {"type": "device", "value": str(value)}
+    raise Unreplayable(f"an argument of recorded type {type_name!r}")
+
+
+def node_call(node: Dict[str, Any], recovered: Optional[Dict[int, Any]] = None
+              ) -> Tuple[str, List[Dict[str, Any]], Dict[str, Any]]:
+    """(schema, positional arg specs, keyword-only arg specs) of one operator node.
+
+    Recorded strides win; ``recovered`` (input index -> strides, see ``strides``) fills in
+    those a trace lacks. A backend kernel with a native equivalent comes back as that op."""
+    schema = attr(node, "op_schema")
+    values, shapes, types, strides = _inputs(node)
+    arguments = schema_arguments(schema)
+    if len(values) > len(arguments) or len(types) != len(values):
+        raise Unreplayable(f"the trace records {len(values)} inputs for a schema of "
+                           f"{len(arguments)} arguments")
+    ranges = tensor_ranges(node)
+    args, kwargs = [], {}
+    for index, (arg, value) in enumerate(zip(arguments, values)):
+        stride = _at(strides, index)
+        if not stride and recovered and index in recovered:
+            stride = recovered[index]
+        spec = trace_value_spec(types[index], value, _at(shapes, index), stride, arg,
+                                ranges.get(index))
+        if arg.kwarg_only:
+            if spec["type"] == "none" and arg.default == "None":
+                continue  # the default anyway; every keyword costs the replayed call time
+            kwargs[arg.name] = spec
+        else:
+            args.append(spec)
+    native = native_call(split_name(schema)[1], args, kwargs)
+    if native is not None:
+        return native
+    return schema, args, kwargs
+
+
+def op_label(node: Dict[str, Any]) -> str:
+    schema = attr(node, "op_schema")
+    try:
+        namespace, base, overload = split_name(schema)
+        return f"{namespace}::{base}" + ("" if overload == "default" else f".{overload}")
+    except (ValueError, AttributeError, TypeError):
+        return str(node.get("name"))
+
+
+def capture_execution_trace(trace, skip_views: bool = False, source: Optional[str] = None,
+                            step: Optional[str] = None, allow_namespaces: Sequence[str] = (),
+                            kineto=None, target_device: str = "cpu",
+                            max_trace_bytes: Optional[int] = None) -> CapturedWorkload:
+    """A workload from an execution trace (a path or the parsed JSON).
+
+    ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
+    them), ``"all"`` every node, ``"N"`` that step. ``allow_namespaces``: namespaces besides
+    aten whose operators are captured. ``kineto``: a Kineto trace (a path or the parsed JSON)
+    of the same run, joined for each call's original CPU and device time and, in a
+    ``ProfilerStep#N`` window, the step's host gaps (``kineto.host_timeline``). ``target_device``:
+    the device whose kernels are checked for every config. ``max_trace_bytes``: the cap on
+    either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default).
+
+    A trace is untrusted data: its structure is checked first (``trace_check``), and a trace or
+    Kineto file that cannot be used raises ``TraceError`` naming the file, the node and what is
+    wrong."""
+    if not isinstance(trace, dict):
+        source = source or str(trace)
+        trace = read_execution_trace(trace, max_trace_bytes)
+    check_execution_trace(trace, source or "execution trace")
+    tree = TraceTree(trace, source or "execution trace")
+    steps, window = select_step(tree, step)
+    workload = CapturedWorkload(source or "execution trace", skip_views,
+                                allow_namespaces=allow_namespaces, target_device=target_device)
+    workload.steps = steps
+    taken, dropped = replay_level_nodes(tree, window)
+    for number in steps.found:
+        steps.calls_per_step[number] = 0
+    step_of = tree.step_of() if steps.found else {}
+    every, every_dropped = replay_level_nodes(tree) if steps.selected else (taken, dropped)
+    for node in every + [lost.node for lost in every_dropped]:
+        if node["id"] in step_of:
+            steps.calls_per_step[step_of[node["id"]]] += 1
+    recovered = {}
+    if not _has_strides(trace):
+        from param_compute.capture.trace.strides import recover_strides
+
+        recovered = recover_strides(tree, {node["id"] for node in taken},
+                                    allow_namespaces)
+        workload.strides = {"recorded": False, **recovered.pop("summary")}
+    else:
+        workload.strides = {"recorded": True}
+    timing = None
+    if kineto is not None:
+        from param_compute.capture.trace.kineto import join_kineto
+
+        timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps,
+                             max_trace_bytes)
+        workload.kineto = timing.summary
+    from param_compute.capture.step.dataflow import StepRecorder
+
+    workload.step = StepRecorder()
+    in_order = []  # (node, config or None, original CPU µs): the step's dataflow
+    for lost in dropped:
+        original = timing.of(lost.node) if timing else None
+        workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
+                      original=original)
+        in_order.append((lost.node, None, None))
+    for node in taken:
+        original = timing.of(node) if timing else None
+        in_order.append((node, _add_node(workload, node, recovered, original),
+                         original[0] if original else None))
+    from param_compute.capture.trace.step import record_trace_step
+
+    in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
+    timeline = None
+    if timing is not None:
+        from param_compute.capture.trace.kineto import host_timeline
+
+        timeline, workload.kineto["host_gaps"] = host_timeline(
+            timing, [node for node, _, _ in in_order])
+    record_trace_step(workload.step, in_order, timeline)
+    if timeline is not None and not any(c.get("gap_us") is not None
+                                        for c in workload.step.calls):
+        workload.kineto["host_gaps"] = {"written": False, "why": "no captured call was "
+                                        "joined to a Kineto event"}
+    return workload
+
+
+def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original):
+    """Capture one replay-level node; the config it went into (None: not captured)."""
+    label = op_label(node)
+    namespace, _, base = label.partition("::")
+    kind = op_kind(namespace, base.split(".", 1)[0])
+    if kind is not None:
+        workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
+        return None
+    try:
+        schema, args, kwargs = node_call(node, recovered.get(node["id"]))
+    except Exception as exc:  # one odd node must not end the conversion
+        if isinstance(exc, Unreplayable):
+            workload.skip(label, str(exc), kind=exc.kind, original=original)
+        else:
+            workload.skip(label, f"unreadable node: {type(exc).__name__}: {exc}",
+                          kind="unreadable", original=original)
+        return None
+    return workload.last_config if workload.add(schema, args, kwargs, original=original) \
+        else None
+
+
+def _has_strides(trace: Dict[str, Any]) -> bool:
+    for node in trace["nodes"]:
+        inputs = node.get("inputs") if isinstance(node, dict) else None
+        if isinstance(inputs, dict) and inputs.get("values"):
+            return "strides" in inputs
+        if isinstance(node, dict) and node.get("input_types"):
+            return "input_strides" in node
+    return False

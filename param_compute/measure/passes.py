@@ -1,0 +1,205 @@
+"""Measuring one pass: warm-up, the drivers of the timing loop, and what it knows beside times.
+
+Every driver calls the one timing loop (``measure.timing.time_calls``) in blocks and decides
+between blocks: ``-i`` alone (one block), ``--min-time`` (doubling blocks until the time is
+spent), ``--max-noise`` (blocks growing by a quarter until the median's 95% interval is within
+±PCT of it, at least ``--min-time``, at most ``--max-time``/``--max-iteration``; the pass's
+``stop_reason`` says which ended it). On the host with one thread the loop also reads the
+thread's CPU time per sample (``measure.clocks``): the pass's stats get ``descheduled``, and
+``--timer cpu`` makes those CPU times the pass's times. ``involuntary_switches`` counts the
+kernel's preemptions over the measurement; ``peak_bytes`` is the memory the pass took above
+what was allocated when each phase began, at its peak (the device's seam). Raw times are
+thinned to ``--keep-samples`` after the statistics are taken from all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Optional, Tuple
+
+from param_compute.plan.runplan import PlannedRun
+from param_compute.results.records import PassResult
+from param_compute.results.stats import median_ci
+from param_compute.measure.clocks import pick_times, reads_thread_cpu
+from param_compute.measure.device_samples import finish_measure
+from param_compute.measure.disturbance import involuntary_switches, judge
+from param_compute.measure.ranges import (iteration_range_name, iteration_ranges,
+                                          phase_range_name)
+from param_compute.measure.timing import (CONTINUOUS_BLOCKS, ExecMode, spent_ms, time_calls,
+                                          warm_up)
+
+#: Continuous mode with --min-time: blocks of about this many ms, 10 to 100 of them.
+CONTINUOUS_BLOCK_MS = 10.0
+MAX_CONTINUOUS_BLOCKS = 100
+#: --max-noise judges the interval from this many values on (fewer cannot pin a median).
+MIN_SURE_N = 10
+#: --max-noise: each block adds this fraction of the calls made so far (at least one call).
+SURE_GROWTH = 0.25
+#: Per-sample lists of a pass's metric, thinned with ``measure.time``.
+PER_SAMPLE = ("measure.host_time", "measure.cpu_time", "measure.wall_time", "measure.sm_clock",
+              "measure.throttled")
+
+
+def relative_half_width(times: List[float]) -> float:
+    """The larger distance from the median to an end of its 95% interval, over the median."""
+    ordered = sorted(times)
+    low, high = median_ci(ordered)
+    median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+    return max(median - low, high - median) / median if median > 0 else math.inf
+
+
+class PassMeasurer:
+    """Times passes with the run's options on its device, each phase in a profiler range."""
+
+    def __init__(self, options, device, annotator, watch=None):
+        self.options = options
+        self.device = device
+        self.annotator = annotator
+        self.watch = watch  # CUDA: the GPU clocks per sample (measure.gpu_clocks), or None
+        self.pair_cpu = reads_thread_cpu(device.clock, options.num_threads)
+
+    def measure(self, run: PlannedRun, pass_name: str, fn: Callable[[], Any],
+                prepare: Optional[Callable[[], Any]]) -> PassResult:
+        """Warm-up then measurement of one pass."""
+        options, device, mode = self.options, self.device, self.options.exec_mode
+        result = PassResult(pass_name, [], [])
+        measured = fn
+        if options.nvtx_iterations:  # the profiler child: one NVTX range per measured call
+            measured = iteration_ranges(fn, iteration_range_name(run.op_name, run.id, pass_name))
+        grown: List[int] = []
+        for phase, count in (("warmup", options.warmup), ("measure", options.iteration)):
+            host: List[float] = []
+            cpu: Optional[List[float]] = [] if self.pair_cpu and phase == "measure" else None
+            with self.annotator.range(phase_range_name(run.op_name, run.id, phase, pass_name)):
+                device.reset_peak_memory()
+                switches = involuntary_switches()
+                times = time_calls(measured if phase == "measure" else fn, count, device.clock,
+                                   mode, prepare, host, cpu_out=cpu)
+                calls = count
+                if phase == "measure" and (options.max_noise or options.min_time > 0):
+                    calls, result.facts["stop_reason"] = self._extend(
+                        measured, prepare, times, host, cpu, calls)
+                elif phase == "warmup" and options.warmup_time > 0:
+                    self._warm_for_time(fn, prepare, times, count, result)
+                peak = device.peak_memory_mb()
+                grown.append(device.peak_bytes())
+            if phase == "measure":
+                times = self._judge(result, times, cpu, host, switches)
+                result.iterations = calls
+            setattr(result, f"{phase}_ms", times)
+            if host:
+                result.extra[f"{phase}.host_time"] = host
+            if peak is not None:
+                result.extra[f"{phase}.gpu.memory"] = [peak]
+        known = [value for value in grown if value is not None]
+        if known:
+            result.facts["peak_bytes"] = max(known)
+        finish_measure(result, self.watch, options, device.clock, fn, prepare)  # CUDA only
+        result.keep_at_most(options.keep_samples, PER_SAMPLE)
+        return result
+
+    def _judge(self, result: PassResult, times: List[float], cpu: Optional[List[float]],
+               host: List[float], switches: Optional[int]) -> List[float]:
+        """The measured times by the asked timer, the descheduled fraction (and discarded
+        samples), and the involuntary context switches since ``switches``."""
+        after = involuntary_switches()
+        if switches is not None and after is not None:
+            result.facts["involuntary_switches"] = after - switches
+        if cpu is None or len(cpu) != len(times):
+            return times
+        result.facts.update(judge(times, cpu, self.options.discard_disturbed, (host,)))
+        times, other_name, other = pick_times(self.options.timer, times, cpu)
+        if other_name is not None:
+            result.extra[other_name] = other
+        return times
+
+    def _extend(self, fn, prepare, times: List[float], host: List[float],
+                cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
+        if self.options.max_noise:
+            return self._until_sure(fn, prepare, times, host, cpu, calls)
+        calls = self._extend_to_min_time(fn, prepare, times, host, cpu, calls)
+        return calls, "max_iteration" if calls >= self.options.max_iteration else "min_time"
+
+    def _warm_for_time(self, fn, prepare, times: List[float], count: int,
+                       result: PassResult) -> None:
+        """``--warmup-time``: after the ``-w`` calls, warm until that many seconds of calls have
+        run (with ``--min-time``, also until the per-block median settles)."""
+        options = self.options
+        warm = warm_up(fn, options.warmup_time, self.device.clock, options.exec_mode, prepare,
+                       settle=options.min_time > 0,
+                       spent_before_ms=spent_ms(times, count, options.exec_mode))
+        result.extra["warmup.extra_iterations"] = [warm.calls]
+        result.extra["warmup.total_time"] = [warm.spent_ms]
+        result.extra["warmup.block_median"] = warm.block_medians
+
+    def _until_sure(self, fn, prepare, times: List[float], host: List[float],
+                    cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
+        """``--max-noise``: blocks of a quarter more calls until the median's interval is within
+        ±PCT (and ``--min-time`` is spent), or ``--max-time``/``--max-iteration`` is reached."""
+        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        target, min_ms, max_ms = options.max_noise / 100, options.min_time * 1e3, \
+            options.max_time * 1e3
+        spent = spent_ms(times, calls, mode)
+        while True:
+            if spent >= min_ms and len(times) >= MIN_SURE_N \
+                    and relative_half_width(times) <= target:
+                return calls, "noise"
+            if calls >= options.max_iteration:
+                return calls, "max_iteration"
+            if spent >= max_ms:
+                return calls, "max_time"
+            per_call = spent / calls if calls else 0.0
+            block = max(1, int(calls * SURE_GROWTH), MIN_SURE_N - len(times))
+            if per_call > 0:  # not far past --max-time
+                block = min(block, max(1, math.ceil((max_ms - spent) / per_call)))
+            block = min(block, options.max_iteration - calls)
+            more = time_calls(fn, block, clock, mode, prepare, host, cpu_out=cpu)
+            times.extend(more)
+            spent += spent_ms(more, block, mode)
+            calls += block
+
+    def _extend_to_min_time(self, fn, prepare, times: List[float], host: List[float],
+                            cpu: Optional[List[float]], calls: int) -> int:
+        """Adaptive iterations: keep measuring, in doubling blocks, until the measured time
+        reaches ``--min-time`` or the calls reach ``--max-iteration``."""
+        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        target_ms = options.min_time * 1e3
+        spent = spent_ms(times, calls, mode)
+        if mode is ExecMode.CONTINUOUS and spent < target_ms:
+            return self._continuous_to_min_time(fn, prepare, times, host, cpu, spent / calls)
+        while spent < target_ms and calls < options.max_iteration:
+            block = min(calls, options.max_iteration - calls)
+            more = time_calls(fn, block, clock, mode, prepare, host, cpu_out=cpu)
+            times.extend(more)
+            spent += spent_ms(more, block, mode)
+            calls += block
+        return calls
+
+    def _continuous_to_min_time(self, fn, prepare, times: List[float], host: List[float],
+                                cpu: Optional[List[float]], per_call_ms: float) -> int:
+        """Continuous mode with ``--min-time``: the ``-i`` calls only estimate the per-call time
+        (like torch.utils.benchmark's block-size estimation); then one back-to-back loop long
+        enough for ``--min-time`` (topped up if the estimate fell short), stamped in blocks of
+        about ``CONTINUOUS_BLOCK_MS``, replaces them: every value a mean of as many calls."""
+        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        target_ms = options.min_time * 1e3
+        blocks = max(CONTINUOUS_BLOCKS, min(MAX_CONTINUOUS_BLOCKS,
+                                            int(target_ms / CONTINUOUS_BLOCK_MS)))
+        total = min(options.max_iteration, max(1, math.ceil(target_ms / max(per_call_ms, 1e-6))))
+        block = max(1, total // blocks)
+        times.clear()
+        host.clear()
+        if cpu is not None:
+            cpu.clear()
+        calls = spent = 0.0
+        while spent < target_ms and calls < options.max_iteration:
+            count = min(options.max_iteration - int(calls),
+                        max(block, math.ceil((target_ms - spent) / max(per_call_ms, 1e-6))))
+            parts = max(1, count // block)
+            more = time_calls(fn, count, clock, mode, prepare, host, blocks=parts, cpu_out=cpu)
+            times.extend(more)
+            took = spent_ms(more, count, mode, blocks=parts)
+            spent += took
+            calls += count
+            per_call_ms = took / count
+        return int(calls)
