@@ -27,7 +27,7 @@ import torch  # noqa: E402
 import torch.utils.benchmark as benchmark  # noqa: E402
 
 import param_compute  # noqa: E402
-from param_compute.measure.passes import relative_half_width  # noqa: E402
+from param_compute.measure.measurer import relative_half_width  # noqa: E402
 
 TIME_RATIO = 0.5
 MAX_NOISE = 1.0

@@ -84,7 +84,7 @@ def _record(times, status="ok", **extra):
     return {"op_name": "torch.add", "id": "0|0|0", "status": status,
             "metric": {"forward": {"measure.time": times, "measure.iterations": [len(times)]}},
             "stats": {"forward": {"median": sorted(times)[len(times) // 2] if times else None}},
-            "throughput": {"forward": {"flops": 10, "gb_per_s": 4.0, "bound": "memory"}},
+            "throughput": {"forward": {"flops": 10, "bytes": 4_000_000, "gb_per_s": 4.0}},
             **extra}
 
 
@@ -98,7 +98,8 @@ def test_join_records_pools_samples_and_takes_the_median_across_rounds():
     assert stats["repetition_medians"] == [1.0, 3.0, 2.0] and stats["median"] == 2.0
     assert stats["n"] == 9 and (stats["ci_low"], stats["ci_high"]) == (1.0, 3.0)
     # the rate follows the median: round 1's 4 GB/s at 1 ms is 2 GB/s at 2 ms
-    assert joined["throughput"]["forward"] == {"flops": 10, "gb_per_s": 2.0, "bound": "memory"}
+    rates = joined["throughput"]["forward"]
+    assert (rates["flops"], rates["bytes"], rates["gb_per_s"]) == (10, 4_000_000, 2.0)
     assert joined["noisy"] == ["forward"]  # the rounds disagree by far more than 10%
 
 

@@ -247,7 +247,9 @@ def test_workloads_dir_plugins_and_a_broken_module(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "missing module 'surely_not_installed_module'" in result.stderr
     [run] = read_results(out)[1]
-    assert run["status"] == "ok" and run["stats"]["backward"]["n"] == 1
+    assert run["status"] == "ok"  # measured by the default protocol: by time and noise
+    assert run["stats"]["backward"]["n"] >= 5
+    assert run["stats"]["backward"]["stop_reason"] in ("noise", "max_time")
 
 
 def test_missing_input_data_generator_warns_and_uses_the_default(tmp_path):

@@ -97,18 +97,18 @@ def test_replay_keeps_the_gaps_only_where_asked_and_says_so(tmp_path):
         done = run_cli("-c", path, "--replay-step", "--host-gaps", mode, "-w", "1", "-i", "3",
                        "--output", out)
         assert done.returncode == 0, done.stderr
-        [records[mode]] = [json.loads(line)["step_replay"] for line in out.read_text()
-                           .splitlines() if "step_replay" in json.loads(line)]
+        [records[mode]] = [json.loads(line) for line in out.read_text().splitlines()
+                           if json.loads(line).get("kind") == "step"]
         if mode == "on":
             assert "of the original's host time between calls kept (--host-gaps)" in done.stdout + done.stderr
-    kept, auto = records["on"]["host_gaps"], records["auto"]["host_gaps"]
+    kept, auto = records["on"]["step"]["host_gaps"], records["auto"]["step"]["host_gaps"]
     assert kept["kept"] is True and kept["real_host_us"] == step["real_host_us"]
     assert kept["added_us"] == pytest.approx(kept["real_host_us"] - kept["replay_host_us"],
                                              abs=0.2)
     # the replayed step takes the original's host time: two small ops and the spins
-    assert records["on"]["stats"]["median"] * 1e3 >= 0.9 * step["real_host_us"]
+    assert records["on"]["stats"]["step"]["median"] * 1e3 >= 0.9 * step["real_host_us"]
     assert auto["kept"] is False and "framework's own work" in auto["why"]
-    assert records["auto"]["stats"]["median"] * 1e3 < 0.5 * BETWEEN_US
+    assert records["auto"]["stats"]["step"]["median"] * 1e3 < 0.5 * BETWEEN_US
     totals = run_cli("--json", tmp_path / "on.json", module="param_compute.workload_totals")
     assert totals.returncode == 0, totals.stderr
     assert json.loads(totals.stdout)["host_gaps_ms"] == pytest.approx(kept["added_us"] / 1e3)
@@ -159,7 +159,7 @@ def test_fitting_spreads_the_missing_host_time_by_the_captured_shape():
 
 
 def test_host_gaps_are_on_by_default_on_a_device_only(tmp_path):
-    from test_step_replay import _replay
+    from test_step_replay import _replay, _time_step
 
     _captured(tmp_path)
     assert not _replay(tmp_path / "s.json").wants_gaps  # auto on the host
@@ -200,6 +200,7 @@ def test_host_gaps_option_is_checked_and_carried_in_the_json_form():
 class HostReadingClock:
     """A fake device clock (no ``cover``) whose stamps read the host clock, in ms."""
     name = "fake_events"
+    barrier = None
 
     def reserve(self, count):
         return None
@@ -220,16 +221,18 @@ def test_on_a_device_only_step_timed_passes_wait_and_the_device_interval_holds_t
     """The CUDA seam, with a fake device clock reading the host clock: a step timed whole
     spans the waits (the device sat idle while the host worked), a call-timed step does not
     (a wait would read as the next call's device time)."""
-    from test_step_replay import _replay
+    from test_step_replay import _replay, _time_step
 
     _captured(tmp_path)
     replay = _replay(tmp_path / "s.json", host_gaps="on")
     replay.checked_pass()
 
+    from param_compute.runtime.step_run import host_step_us
+
     replay.clock = HostReadingClock()
-    fit = replay.fit_host_gaps(replay.host_step_us())
+    fit = replay.fit_host_gaps(host_step_us(replay, replay.device))
     assert replay.scheduled and fit["added_us"] > 0.5 * (BETWEEN_US + AFTER_US)
-    assert replay.time_step() * 1e3 >= fit["added_us"]
+    assert _time_step(replay) * 1e3 >= fit["added_us"]
     times = [0] * len(replay.calls)
     replay.run_step_timed(times)
     assert sum(times) / 1e3 < 0.25 * fit["added_us"], times
@@ -240,6 +243,7 @@ def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(m
     before each call's start event (long enough to cover the last call's host time), so the
     event pair times the call's kernels, not its launch from an idle GPU."""
     from param_compute.capture.live import timing as live_timing
+    from param_compute.measure import devices
     from param_compute.measure.launch_cover import launch_cover_us
 
     log = []
@@ -259,7 +263,7 @@ def test_in_place_timer_on_a_device_keeps_the_gpu_busy_before_each_start_event(m
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append(("sync",)))
-    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 2.0)
+    monkeypatch.setattr(devices, "spin_cycles_per_us", lambda index: 2.0)
     x = torch.randn(8, 8)
     with live_timing.CallTimer(events=True) as timer:
         torch.relu(x)
@@ -277,12 +281,13 @@ def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
     """On a device too, a pass counting page faults only calls and counts: no event pair, no
     spin kernel (they would only queue work); its times are nobody's."""
     from param_compute.capture.live import timing as live_timing
+    from param_compute.measure import devices
 
     queued = []
     monkeypatch.setattr(torch.cuda, "Event", lambda **kw: queued.append("event"))
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: queued.append("sleep"))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 2.0)
+    monkeypatch.setattr(devices, "spin_cycles_per_us", lambda index: 2.0)
     with live_timing.CallTimer(events=True, count_faults=True) as timer:
         torch.relu(torch.ones(4))
     assert queued == [] and len(timer.faults) == 2

@@ -1,6 +1,6 @@
 """Host gaps probed like a hostile or careless user would: step files whose gaps cannot be
 kept, waits far past the real step, a results file with damaged ``host_gaps``, Ctrl-C in a
-long wait (``spec.step_file``, ``runtime.step_gaps``, ``runtime.step_session``,
+long wait (``spec.step_file``, ``runtime.step_gaps``, ``runtime.step_run``,
 ``analysis.ledger``)."""
 
 from __future__ import annotations
@@ -48,12 +48,10 @@ def _edited(captured, tmp_path, name="e", **changes):
 
 
 def _measured(path, **options):
-    from test_step_replay import _replay
-    from param_compute.runtime.step_session import measure
+    from test_step_replay import _measure, _replay
 
     options = dict({"warmup": 0, "iteration": 1}, **options)
-    replay = _replay(path, **options)
-    return measure(replay, RunOptions(**options))["host_gaps"]
+    return _measure(_replay(path, **options), **options)[1]["host_gaps"]
 
 
 def test_a_step_file_with_no_gap_to_spread_says_so_not_that_the_replay_is_slow(
@@ -114,7 +112,7 @@ def test_long_waits_are_announced_before_the_step_timed_passes(captured, tmp_pat
                                                                monkeypatch):
     """A step file may ask for a 10-minute host step: the replay spun through it step after
     step without a word. Now a warning says how long, and how to replay without the waits."""
-    from param_compute.runtime import step_session
+    from param_compute.runtime import step_run as step_session
 
     path = _edited(captured, tmp_path)
     with caplog.at_level("WARNING", logger="param_compute"):
@@ -124,15 +122,18 @@ def test_long_waits_are_announced_before_the_step_timed_passes(captured, tmp_pat
     with caplog.at_level("WARNING", logger="param_compute"):
         gaps = _measured(path, host_gaps="on", iteration=2)
     [said] = [r.getMessage() for r in caplog.records if "host gaps waits" in r.getMessage()]
-    assert f"waits {gaps['added_us'] / 1e6:.1f} s in each of the 2 step-timed steps" in said
+    assert f"waits {gaps['added_us'] / 1e6:.1f} s in each timed step" in said
+    assert "for the 2 steps the protocol starts with" in said  # -w 0 -i 2
     assert "--host-gaps off replays back to back" in said
     monkeypatch.undo()
     caplog.clear()
     with caplog.at_level("WARNING", logger="param_compute"):  # the file's largest
         step_session._say_long_waits({"added_us": 6e8 - 50.0, "real_host_us": 6e8,
-                                      "replay_host_us": 50.0}, RunOptions(iteration=5))
-    assert "waits 600.0 s in each of the 5 step-timed steps (its host step 600.0 s, the " \
-           "replay's 0.050 ms), about 3000 s in all" in caplog.records[0].getMessage()
+                                      "replay_host_us": 50.0},
+                                     RunOptions(iteration=5).measuring())
+    assert "waits 600.0 s in each timed step (its host step 600.0 s, the replay's 0.050 ms), " \
+           "at least 3600 s for the 6 steps the protocol starts with" \
+           in caplog.records[0].getMessage()
 
 
 def test_ctrl_c_in_a_long_wait_stops_the_run_at_once_and_keeps_the_isolated_results(
@@ -153,7 +154,7 @@ def test_ctrl_c_in_a_long_wait_stops_the_run_at_once_and_keeps_the_isolated_resu
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert time.monotonic() - stopped < 10 and process.returncode == 130, stderr
-    assert "waits 600.0 s in each of the 1 step-timed steps" in stderr
+    assert "waits 600.0 s in each timed step" in stderr
     _, runs, finish = read_results(out)
     assert len(runs) == 2 and all(r["status"] == "ok" for r in runs)
     assert finish["interrupted"] == "SIGINT"
@@ -250,6 +251,7 @@ def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
     ``host_elapsed_ms`` gets the first-launch guess (None) before every call."""
     from test_step_replay import _replay
     from param_compute.capture.live import timing as live_timing
+    from param_compute.measure import devices
 
     log = []
 
@@ -267,7 +269,7 @@ def test_cuda_seams_without_a_spin_kernel_or_a_host_clock_still_time_each_call(
     monkeypatch.delattr(torch.cuda, "_sleep", raising=False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(live_timing, "spin_cycles_per_us", lambda index: 0.0)
+    monkeypatch.setattr(devices, "spin_cycles_per_us", lambda index: 0.0)
     with live_timing.CallTimer(events=True) as timer:
         torch.relu(X)
         torch.sigmoid(X)

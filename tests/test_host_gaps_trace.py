@@ -246,13 +246,13 @@ def test_replay_keeps_a_traces_gaps_end_to_end(tmp_path):
     done = run_cli("-c", spec, "--replay-step", "--host-gaps", "on", "-w", "1", "-i", "3",
                    "--output", out)
     assert done.returncode == 0, done.stderr
-    [record] = [json.loads(line)["step_replay"] for line in out.read_text().splitlines()
-                if "step_replay" in json.loads(line)]
-    kept = record["host_gaps"]
+    [record] = [json.loads(line) for line in out.read_text().splitlines()
+                if json.loads(line).get("kind") == "step"]
+    kept = record["step"]["host_gaps"]
     assert kept["kept"] is True and kept["real_host_us"] == 30000.0
     assert kept["captured_gaps_us"] == pytest.approx(1500 + 7500 + 3750 + 3000, abs=0.2)
     assert kept["added_us"] == pytest.approx(30000.0 - kept["replay_host_us"], abs=0.2)
-    assert record["stats"]["median"] * 1e3 >= 0.9 * 30000.0
+    assert record["stats"]["step"]["median"] * 1e3 >= 0.9 * 30000.0
 
 
 # --- real traces recorded by others (skipped where ../shared/traces is absent) --------------

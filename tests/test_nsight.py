@@ -504,7 +504,7 @@ def test_iteration_ranges_only_with_the_child_option(monkeypatch):
             return fn()
         return call
 
-    monkeypatch.setattr("param_compute.measure.passes.iteration_ranges", recording)
+    monkeypatch.setattr("param_compute.measure.measurer.iteration_ranges", recording)
     spec = simple_op("torch.mm", tensor(4, 3), tensor(3, 2))
     param_compute.run(spec, warmup=2, iteration=3, backward=True)
     assert opened == []  # the main run's timed loop is untouched

@@ -142,9 +142,12 @@ def test_progress_lines_at_info_off_a_terminal(monkeypatch, caplog):
 def test_too_few_values_advice_fits_the_protocol_that_was_used(tmp_path):
     spec = write_spec(tmp_path, _spec([8]))
     plain = run_cli("-c", spec, "--output", tmp_path / "a.json", "-i", "2")
-    assert "(recommended: --warmup-time 0.2 --min-time 0.5)" in plain.stderr
+    assert "(they ran with PARAM's counts, -w 1 -i 2: without -w/-i the default protocol " \
+           "measures by time until the median is sure)" in plain.stdout + plain.stderr
+    default = run_cli("-c", spec, "--output", tmp_path / "d.json")
+    assert "too few to trust" not in default.stdout + default.stderr  # at least 5 values
     timed = run_cli("-c", spec, "--output", tmp_path / "b.json", "-i", "1", "--max-iteration",
                     "2", "--warmup-time", "0.01", "--min-time", "0.001")
-    assert "recommended" not in timed.stderr
+    assert "PARAM's counts" not in timed.stdout + timed.stderr
     assert "they ran with --warmup-time 0.01 --min-time 0.001: a longer --min-time" in \
-        timed.stderr
+        timed.stdout + timed.stderr

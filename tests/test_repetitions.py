@@ -18,7 +18,8 @@ from param_compute.results.file import read_results
 from param_compute.results.resume import scan_results
 from param_compute.results.records import STATUS_ERROR, PassResult, RunError, RunRecord
 from param_compute.results.stats import across_repetitions, summarize
-from param_compute.runtime.repetitions import RepeatedExecutor, combine, repetition_order
+from param_compute.results.combine import combine
+from param_compute.runtime.repetitions import RepeatedExecutor, repetition_order
 
 
 def _runs(count):

@@ -93,7 +93,7 @@ def test_options_one_json_form_round_trip():
 
 
 @pytest.mark.parametrize("values,message", [
-    ({"warmup": "3"}, "options.warmup: expected an integer, got '3'"),
+    ({"warmup": "3"}, "options.warmup: expected an integer or null, got '3'"),
     ({"backward": 1}, "options.backward: expected true/false, got 1"),
     ({"exec_mode": "fast"}, "options.exec_mode: expected one of discrete"),
     ({"timeout": True}, "options.timeout: expected a number or null, got True"),

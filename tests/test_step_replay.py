@@ -208,7 +208,7 @@ def test_execution_trace_capture_records_the_dataflow(tmp_path):
 def _replay(spec_path: Path, **options):
     from param_compute.runtime.options import RunOptions
     from param_compute.runtime.step_replay import StepReplay
-    from param_compute.runtime.step_session import planned_runs
+    from param_compute.runtime.step_run import planned_runs
     from param_compute.runtime.toolchain import Toolchain
 
     toolchain = Toolchain.start()
@@ -217,6 +217,26 @@ def _replay(spec_path: Path, **options):
     step = read_step_file(step_path(spec_path))
     runs = planned_runs(step, spec, toolchain.registries.config_iterators, "cpu", "test")
     return StepReplay(step, runs, spec, toolchain.context(spec, options))
+
+
+def _measure(replay, **options):
+    """(the step's measurement, the replay's details), as the executor measures a step."""
+    from param_compute.measure.measurer import Measurer
+    from param_compute.runtime.options import RunOptions
+    from param_compute.runtime.step_run import measure_step
+
+    return measure_step(replay, Measurer(RunOptions(**options).measuring(), replay.device))
+
+
+def _time_step(replay) -> float:
+    """One whole step timed by the one Measurer on the replay's device (ms)."""
+    from param_compute.measure.measurer import Measurer
+    from param_compute.measure.protocol import Protocol
+
+    from param_compute.measure.devices import Device
+
+    return Measurer(Protocol(warmup=0, iteration=1), Device("step", replay.clock),
+                    num_threads=None).measure(replay.step_callable(), name="step").measure_ms[0]
 
 
 def test_replayed_step_feeds_outputs_to_consumers(tmp_path):
@@ -236,7 +256,7 @@ def test_replayed_step_feeds_outputs_to_consumers(tmp_path):
     assert all(value is None for value in replay.values)  # each released after its last use
     times = [0] * len(replay.calls)
     replay.run_step_timed(times)
-    assert all(t > 0 for t in times) and replay.time_step() > 0
+    assert all(t > 0 for t in times) and _time_step(replay) > 0
 
 
 def test_replay_calls_aten_overloads_through_their_cpp_entry(tmp_path):
@@ -277,18 +297,24 @@ def test_run_benchmark_replay_step_writes_a_step_record(tmp_path):
     said = result.stdout + result.stderr
     assert "step replay:" in said and "4 of 4 calls" in said
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    step = [line["step_replay"] for line in lines if "step_replay" in line]
-    assert len(step) == 1 and lines[-1].get("finish_time")
-    step = step[0]
-    assert step["iterations"] == 3 and len(step["step_ms"]) == 3 and step["stats"]["median"] > 0
-    assert step["calls"] == 4 and step["fed_inputs"] == 3 and step["externals"] == 3
-    records = {f"{line['op_name']}|{line['id']}": line for line in lines if "op_name" in line}
-    assert set(step["configs"]) == set(records)  # every config has its in-step time
-    assert all(entry["in_step_us"] > 0 for entry in step["configs"].values())
+    steps = [line for line in lines if line.get("kind") == "step"]
+    assert len(steps) == 1 and lines[-1].get("finish_time")
+    [step] = steps  # a run record like any other, measured by the run's protocol
+    assert (step["op_name"], step["id"], step["status"]) == ("step_replay", "0|0|0", "ok")
+    stats = step["stats"]["step"]
+    assert stats["n"] == 3 and len(step["metric"]["step"]["measure.time"]) == 3
+    assert stats["median"] > 0 and stats["ci_low"] <= stats["median"] <= stats["ci_high"]
+    details = step["step"]
+    assert details["calls"] == 4 and details["fed_inputs"] == 3 and details["externals"] == 3
+    assert details["call_timed_steps"] == 3  # one before each timed step
+    records = {f"{line['op_name']}|{line['id']}": line for line in lines
+               if line.get("kind") == "run"}
+    assert set(details["configs"]) == set(records)  # every config has its in-step time
+    assert all(entry["in_step_us"] > 0 for entry in details["configs"].values())
     ledger = run_cli("--json", out, module="param_compute.workload_totals")
     assert ledger.returncode == 0, ledger.stderr
     data = json.loads(ledger.stdout)
-    assert data["in_step_ms"] == pytest.approx(step["stats"]["median"])
+    assert data["in_step_ms"] == pytest.approx(stats["median"])
     assert {"in_step_ms", "isolated_ms", "original_ms", "covered_fraction", "real_step_ms",
             "ops"} <= set(data)
     assert {row["op"] for row in data["ops"]} == {"aten::mm", "aten::relu", "aten::_softmax"}
@@ -499,7 +525,11 @@ def test_dry_run_plans_the_step_without_replaying_it(tmp_path):
     result = run_cli("-c", tmp_path / "a.json", "--replay-step", "--dry-run", "--output", out)
     assert result.returncode == 0, result.stderr
     assert "step replay: 2 calls planned (dry run)" in result.stdout + result.stderr
-    assert "step_replay" not in out.read_text()
+    planned = [json.loads(line) for line in out.read_text().splitlines()][1:-1]
+    # the step is one more planned run, listed like the configs, nothing replayed
+    assert [(r["op_name"], r["status"]) for r in planned][-1] == ("step_replay", "dry-run")
+    assert planned[-1]["config"]["input"] == {"step_file": str(tmp_path / "a.step.json"),
+                                              "calls": 2}
 
 
 def test_device_clock_times_each_call_between_stamps(tmp_path):
@@ -515,6 +545,7 @@ def test_device_clock_times_each_call_between_stamps(tmp_path):
         name = "fake_events"
         stamps = 0
         reserved = None
+        barrier = None
 
         def reserve(self, count):
             self.reserved = count
@@ -545,7 +576,7 @@ def test_device_clock_times_each_call_between_stamps(tmp_path):
     assert replay.clock.reserved == 2 * len(replay.calls)
     assert times == [3e6, 7e6, 11e6]  # ns per call, in order: stamps 1-2, 3-4, 5-6
     assert replay.clock.covers == [None, 300.0, 700.0]  # the last call's host µs
-    assert replay.time_step() == float(8 * 8 - 7 * 7)  # the step: stamps 7 and 8
+    assert _time_step(replay) == float(8 * 8 - 7 * 7)  # the step: stamps 7 and 8
 
 
 # -- page faults: first touches of fresh memory, counted in the original and in the replay ------
@@ -622,8 +653,8 @@ def test_step_replay_counts_page_faults_beside_the_originals(tmp_path):
     done = run_cli("-c", path, "--replay-step", "-w", "1", "-i", "2", "--max-memory", "none",
                    "--only", "aten::relu", "--output", out, forked=True)
     assert done.returncode == 0, done.stderr
-    [record] = [json.loads(line)["step_replay"] for line in out.read_text().splitlines()
-                if "step_replay" in json.loads(line)]
+    [record] = [json.loads(line)["step"] for line in out.read_text().splitlines()
+                if json.loads(line).get("kind") == "step"]
     pages = FRESH_FLOATS * 4 // os.sysconf("SC_PAGE_SIZE")
     assert "median of 3 untimed steps" in record["faults_counted"]
     configs = record["configs"]

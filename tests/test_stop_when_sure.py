@@ -18,7 +18,8 @@ from param_compute.results.records import PassResult
 from param_compute.results.stats import summarize, thin
 from param_compute.measure import host_memory
 from param_compute.measure.devices import CudaDevice, Device
-from param_compute.measure.passes import MIN_SURE_N, PassMeasurer, relative_half_width
+from param_compute.measure.measurer import Measurer, relative_half_width
+from param_compute.measure.protocol import PARAM
 from param_compute.runtime.options import RunOptions
 from param_compute.measure.ranges import Annotator
 from test_measure_protocol import SettlingClock
@@ -35,8 +36,8 @@ class CostClock(SettlingClock):
 def measure(cost, **options):
     clock = CostClock(cost)
     options = RunOptions(canary=False, **{"warmup": 0, **options}).check()
-    measurer = PassMeasurer(options, Device("cpu", clock), Annotator(profiling=False))
-    return measurer.measure(RUN, "forward", clock.op, None), clock
+    measurer = Measurer(options.measuring(), Device("cpu", clock), Annotator(profiling=False))
+    return measurer.measure(clock.op, None, "forward", (RUN.op_name, RUN.id)), clock
 
 
 def test_a_steady_op_stops_as_soon_as_the_interval_is_tight():
@@ -45,7 +46,7 @@ def test_a_steady_op_stops_as_soon_as_the_interval_is_tight():
                             max_noise=1.0)
     stats = result.stats()
     assert stats["stop_reason"] == "noise"
-    assert MIN_SURE_N <= stats["n"] <= 20 and result.iterations == clock.calls == stats["n"]
+    assert PARAM["min_samples"] <= stats["n"] <= 20 and result.iterations == clock.calls == stats["n"]
     assert relative_half_width(result.measure_ms) <= 0.01
 
 
@@ -204,7 +205,7 @@ def test_the_flags_on_the_command_line_and_through_a_worker(tmp_path):
     read = read_results(out)
     [record] = read.records
     stats = record["stats"]["forward"]
-    assert stats["stop_reason"] in ("noise", "max_time") and stats["n"] >= MIN_SURE_N
+    assert stats["stop_reason"] in ("noise", "max_time") and stats["n"] >= PARAM["min_samples"]
     assert len(record["metric"]["forward"]["measure.time"]) == 7 and stats["kept"] == 7
     assert "descheduled" in stats and "peak_bytes" in stats
     options = read.run_options

@@ -58,12 +58,19 @@ def _seconds(value: Any) -> str:
     return f"{value:g} s"
 
 
+#: The named measuring protocols (``measure.protocol``), as the report says them.
+PROTOCOL_NAMES = {"auto": "by time and noise (the default protocol)",
+                  "param": "PARAM's counts"}
+
+
 def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional[int]]) -> str:
     """How the runs were measured, as the run options and the records say: time-based warm-up
     and measurement where asked for (never "warm-up 1, measured 1" for such a run)."""
     warmup, iterations = options.get("warmup"), options.get("iteration")
     warmup_time, min_time = options.get("warmup_time") or 0, options.get("min_time") or 0
     parts = []
+    if options.get("protocol") in PROTOCOL_NAMES:
+        parts.append(PROTOCOL_NAMES[options["protocol"]])
     if warmup_time:
         parts.append(f"warm-up at least {warmup} call(s) and {_seconds(warmup_time)}"
                      + (", until the per-block median settled" if min_time else ""))
@@ -73,7 +80,8 @@ def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional
         parts.append(f"measured at least {iterations} call(s) and {_seconds(min_time)} "
                      f"(at most {options.get('max_iteration')} calls)")
     elif iterations is not None:
-        parts.append(f"measured {iterations} call(s)")
+        parts.append(f"measured {'at least ' if options.get('max_noise') else ''}"
+                     f"{iterations} call(s)")
     if options.get("max_noise"):
         parts.append(f"until the median's 95% interval was within ±{options['max_noise']:g}% "
                      f"(at most {_seconds(options.get('max_time') or 0)})")

@@ -132,8 +132,8 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
     """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
     (``capture.live.timing``), then capture ``steps`` steps with those times as originals."""
     from param_compute.capture.live.dispatch import capture_ops
-    from param_compute.capture.live.timing import (host_gaps, median, time_ops_in_place,
-                                                   time_step)
+    from param_compute.capture.live.timing import host_gaps, time_ops_in_place, time_step
+    from param_compute.results.stats import median
 
     for _ in range(warmup):
         function()

@@ -4,7 +4,8 @@ Peak FLOP/s per floating dtype is the best rate of square GEMMs (``torch.mm`` in
 output), sizes doubling until a call lasts long enough or two sizes in a row gain less than 2%;
 peak bandwidth is the best of a large copy (2 x N elements moved) and a large add (3 x N), counted
 the way runs count bytes (inputs plus outputs). Both are timed with the run's own clock and loop
-(continuous mode, CUDA events on a GPU), one torch thread unless asked otherwise.
+(the one ``Measurer``, continuous mode, CUDA events on a GPU), one torch thread unless asked
+otherwise.
 The peaks go to the per-machine cache (``measure.peaks``), keyed by device name, driver and
 torch versions and thread count; runs with the same setup then report utilization.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import statistics
 import sys
 import time
 from datetime import datetime
@@ -47,6 +47,8 @@ CUDA_STREAM_ELEMENTS = 1 << 28
 BUSY_ENOUGH = 0.85
 #: Measurements of the whole set of peaks before giving up on an undisturbed one.
 ATTEMPTS = 3
+#: The most calls one timed loop makes.
+MAX_CALLS = 10_000
 
 
 class Busy:
@@ -128,18 +130,23 @@ def main_dtype(value: Any) -> Optional[str]:
     return best
 
 
-def _rate(fn, work: float, clock, seconds: float, busy: Optional[Busy] = None) -> float:
-    """Work per second of ``fn`` at its median block time (continuous loop, after warm-up)."""
-    from param_compute.measure.timing import ExecMode, time_calls
+def _rate(fn, work: float, device, seconds: float, busy: Optional[Busy] = None) -> float:
+    """Work per second of ``fn`` at its median block time: the one ``Measurer``, continuous
+    mode, two warm-up calls, then one back-to-back loop of ``seconds`` stamped in blocks (at
+    most ``MAX_CALLS`` calls)."""
+    from param_compute.measure.measurer import Measurer
+    from param_compute.measure.protocol import Protocol
+    from param_compute.measure.timing import ExecMode
 
-    warm = time_calls(fn, 2, clock, ExecMode.CONTINUOUS)
-    count = max(3, min(10_000, int(seconds * 1e3 / max(min(warm), 1e-6))))
-    measure = lambda: time_calls(fn, count, clock, ExecMode.CONTINUOUS)  # noqa: E731
-    times = busy.timed(measure) if busy is not None else measure()
-    return work / (statistics.median(times) / 1e3)
+    protocol = Protocol(warmup=2, iteration=1, min_time=seconds, max_iteration=MAX_CALLS,
+                        exec_mode=ExecMode.CONTINUOUS)
+    measure = lambda: Measurer(protocol, device, num_threads=None).measure(  # noqa: E731
+        fn, name="calibrate")
+    result = busy.timed(measure) if busy is not None else measure()
+    return work / (result.stats()["median"] / 1e3)
 
 
-def measure_gemm(device: str, dtype: str, clock, seconds: float = SECONDS,
+def measure_gemm(device: str, dtype: str, opened, seconds: float = SECONDS,
                  busy: Optional[Busy] = None) -> Dict[str, Any]:
     """Best GEMM FLOP/s of ``dtype`` over doubling sizes, with the rate at each size."""
     import torch
@@ -152,7 +159,7 @@ def measure_gemm(device: str, dtype: str, clock, seconds: float = SECONDS,
         a = torch.rand(n, n, device=device).to(torch_dtype)  # as the default generator
         b = torch.rand(n, n, device=device).to(torch_dtype)
         out = torch.empty(n, n, device=device, dtype=torch_dtype)
-        rate = _rate(lambda: torch.mm(a, b, out=out), 2.0 * n ** 3, clock, seconds, busy)
+        rate = _rate(lambda: torch.mm(a, b, out=out), 2.0 * n ** 3, opened, seconds, busy)
         del a, b, out
         by_size[str(n)] = rate
         call_s = 2.0 * n ** 3 / rate
@@ -163,7 +170,7 @@ def measure_gemm(device: str, dtype: str, clock, seconds: float = SECONDS,
     return {"flops_per_s": best, "by_size": by_size}
 
 
-def measure_bandwidth(device: str, clock, seconds: float = SECONDS,
+def measure_bandwidth(device: str, opened, seconds: float = SECONDS,
                       elements: Optional[int] = None,
                       busy: Optional[Busy] = None) -> Dict[str, Any]:
     """Best of a large copy and a large add, in bytes per second."""
@@ -173,22 +180,22 @@ def measure_bandwidth(device: str, clock, seconds: float = SECONDS,
     a = torch.rand(n, device=device)
     b = torch.rand(n, device=device)
     c = torch.empty(n, device=device)
-    copy = _rate(lambda: c.copy_(a), 2.0 * 4 * n, clock, seconds, busy)
-    add = _rate(lambda: torch.add(a, b, out=c), 3.0 * 4 * n, clock, seconds, busy)
+    copy = _rate(lambda: c.copy_(a), 2.0 * 4 * n, opened, seconds, busy)
+    add = _rate(lambda: torch.add(a, b, out=c), 3.0 * 4 * n, opened, seconds, busy)
     return {"bytes_per_s": max(copy, add), "copy_bytes_per_s": copy, "add_bytes_per_s": add,
             "elements": n}
 
 
-def _measure_all(device: str, dtypes: Sequence[str], clock, seconds: float,
+def _measure_all(device: str, dtypes: Sequence[str], opened, seconds: float,
                  stream_elements: Optional[int], busy: Busy) -> Dict[str, Any]:
     """One measurement of every peak: ``{"flops_per_s": {dtype: F}, "bytes_per_s": B,
     "detail": ...}``."""
     flops, detail = {}, {}
     for dtype in dtypes:
-        gemm = measure_gemm(device, dtype, clock, seconds, busy)
+        gemm = measure_gemm(device, dtype, opened, seconds, busy)
         flops[dtype] = gemm["flops_per_s"]
         detail[f"gemm_{dtype}"] = gemm["by_size"]
-    stream = measure_bandwidth(device, clock, seconds, stream_elements, busy)
+    stream = measure_bandwidth(device, opened, seconds, stream_elements, busy)
     detail["stream"] = {k: v for k, v in stream.items() if k != "bytes_per_s"}
     return {"flops_per_s": flops, "bytes_per_s": stream["bytes_per_s"], "detail": detail}
 
@@ -213,11 +220,11 @@ def calibrate(device: str = "cpu", threads: int = 1, dtypes: Sequence[str] = ("f
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        clock = open_device(device, flush_l2=False).clock
+        opened = open_device(device, flush_l2=False)
         best, busy = None, None
         for attempt in range(1, ATTEMPTS + 1):
             busy = Busy(device, threads)
-            measured = _measure_all(device, dtypes, clock, seconds, stream_elements, busy)
+            measured = _measure_all(device, dtypes, opened, seconds, stream_elements, busy)
             best = measured if best is None else _best(best, measured)
             if not busy.disturbed:
                 break

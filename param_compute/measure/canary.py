@@ -16,9 +16,12 @@ baseline``: 0.4 is 40% slower) and is ``disturbed``. ``--no-canary`` turns it of
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable, List, Optional
+
+from param_compute.measure.protocol import Protocol
+from param_compute.measure.timing import CounterClock
+from param_compute.results.stats import median
 
 #: Timed calls per reading, readings for the baseline, and the noise band's rule.
 CALLS = 16
@@ -47,9 +50,14 @@ class Canary:
     def __init__(self, workload: Optional[Callable[[], object]] = None,
                  clock: Callable[[], int] = time.perf_counter_ns,
                  now: Callable[[], float] = time.monotonic):
+        from param_compute.measure.devices import Device
+        from param_compute.measure.measurer import Measurer
+
         self.workload = workload or matrix_product()
-        self.clock = clock
         self.now = now
+        # A reading is one measurement of the one Measurer: CALLS discrete calls, no warm-up.
+        self.measurer = Measurer(Protocol(warmup=0, iteration=CALLS),
+                                 Device("canary", CounterClock(clock)), num_threads=None)
         self.baseline: Optional[float] = None
         self.band = MIN_BAND
         self.interval = 0.0  # seconds between readings (from a reading's cost)
@@ -59,13 +67,7 @@ class Canary:
 
     def reading(self) -> float:
         """The median time (ms) of ``CALLS`` calls of the workload."""
-        workload, clock = self.workload, self.clock
-        times = []
-        for _ in range(CALLS):
-            start = clock()
-            workload()
-            times.append((clock() - start) / 1e6)
-        return statistics.median(times)
+        return self.measurer.measure(self.workload, name="canary").stats()["median"]
 
     def start(self) -> None:
         """The baseline and noise band, from ``BASELINE_READINGS`` readings after a warm-up."""
@@ -74,8 +76,8 @@ class Canary:
         began = self.now()
         values = [self.reading() for _ in range(BASELINE_READINGS)]
         cost = (self.now() - began) / BASELINE_READINGS
-        self.baseline = statistics.median(values)
-        spread = statistics.median(abs(v - self.baseline) for v in values)
+        self.baseline = median(values)
+        spread = median([abs(v - self.baseline) for v in values])
         self.band = max(MIN_BAND, BAND_MADS * spread / self.baseline) if self.baseline > 0 \
             else MIN_BAND
         self.interval = cost / COST_SHARE

@@ -74,6 +74,11 @@ class CudaEventClock:
     def host_elapsed_ms(start: Any, end: Any) -> float:
         return (end[1] - start[1]) / 1e6
 
+    @staticmethod
+    def host_ns(stamp: Any) -> int:
+        """The host clock (ns) as the stamp's event was recorded."""
+        return stamp[1]
+
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)
 

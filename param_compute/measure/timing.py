@@ -7,7 +7,10 @@ A clock is a narrow seam with four members:
 * ``barrier`` is ``None`` or a callable run before each discrete iteration, outside the timed
   region (CUDA: synchronize and flush the L2 cache);
 * ``synchronize()`` waits for queued work (host: nothing);
-* optionally ``reserve(n)``: prepare the next ``n`` stamps before the loop (CUDA: create events).
+* ``host_ns(stamp)``: the host clock (``perf_counter_ns``) at a stamp;
+* optionally ``reserve(n)``: prepare the next ``n`` stamps before the loop (CUDA: create events),
+  ``host_elapsed_ms(start, end)`` (the host's time between two device stamps) and ``cover``
+  (a device kept busy while the host launches the next call: ``measure.launch_cover``).
 
 Modes: ``discrete`` times each iteration alone (barrier before each); ``continuous`` runs the
 loop back to back but stamps it at the boundaries of ``CONTINUOUS_BLOCKS`` blocks (no
@@ -31,10 +34,11 @@ from __future__ import annotations
 
 import enum
 import gc
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
+
+from param_compute.results.stats import median
 
 
 class ExecMode(str, enum.Enum):
@@ -59,8 +63,20 @@ class HostClock:
         return (end - start) / 1e6
 
     @staticmethod
+    def host_ns(stamp: int) -> int:
+        """The host clock (ns) at a stamp: the stamp itself."""
+        return stamp
+
+    @staticmethod
     def synchronize() -> None:
         return None
+
+
+class CounterClock(HostClock):
+    """The host clock read through another nanosecond counter (a fake time in tests)."""
+
+    def __init__(self, counter: Callable[[], int]):
+        self.stamp = counter
 
 
 #: Continuous mode splits a loop of ``count`` calls into this many blocks (fewer if fewer calls).
@@ -232,7 +248,7 @@ def warm_up(fn: Callable[[], Any], seconds: float, clock, mode: ExecMode,
         result.calls += size
         result.spent_ms += took
         if took >= block_ms / 2:  # a full-size block: its median is comparable to the last
-            result.block_medians.append(statistics.median(times))
+            result.block_medians.append(median(times))
             result.settled = result.settled or not drifting(result.block_medians)
         else:
             size *= 2

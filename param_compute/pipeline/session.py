@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from param_compute.errors import OptionsError
 from param_compute.pipeline.capture_settings import follow_capture
@@ -65,12 +65,15 @@ class Session:
         self.oss_json: Optional[Path] = outputs.oss_json
         self.header: Optional[Dict[str, Any]] = None
         self.resume = None
-        self.run_filters: List[Callable[[Any], bool]] = []
+        #: The parts of run selection the session learns (``plan.selection``).
+        self.run_filter = None
+        self.shard_plan = None
         self.sinks: List[RecordSink] = []
         self.collector = None
         self.nsight = None
         self.cupti = None
         self.engine = None
+        self.step_run = None  # --replay-step: the step replay's run (``runtime.step_run``)
 
     @classmethod
     def build(cls, spec: SpecInput, options: Optional[RunOptions] = None,
@@ -90,6 +93,7 @@ class Session:
             session._load(spec)
             session._claim_outputs()
             session._make_header(cmd_args)
+            session._plan_step()
             session._make_filters()
             session._make_sinks(sinks)
         except BaseException:
@@ -98,7 +102,8 @@ class Session:
         from param_compute.runtime.engine import Engine
 
         session.engine = Engine(session.spec, session.options, session.toolchain, session.sinks,
-                                session.run_filters, session._refused(), session._journal())
+                                session._selection(), session._refused(), session._journal(),
+                                extra_runs=[session.step_run] if session.step_run else ())
         return session
 
     # -- assembly -------------------------------------------------------------------------
@@ -173,7 +178,7 @@ class Session:
             shard_plan = plan_shard(self.spec, self.toolchain.registries, self.options.device,
                                     self.shard)
             shard_header = shard_plan.header()
-            self.run_filters.append(shard_plan.wants)
+            self.shard_plan = shard_plan
             log.info("shard %d of %d (%s): %d of %d runs, %.0f%% of the estimated cost",
                      self.shard.index, self.shard.count, self.shard.source,
                      len(shard_plan.keys), shard_plan.total_runs,
@@ -183,6 +188,28 @@ class Session:
             self.digest, sys_info(self.options.device, include_torch=not self.options.dry_run,
                                   num_threads=self.options.num_threads),
             datetime.now().isoformat(timespec="seconds"), cmd_args, shard_header).to_json()
+
+    def _selection(self):
+        """The one selection of runs (``plan.selection``): the id window, the runs a resumed
+        file holds, the filter, the shard."""
+        from param_compute.plan.selection import Selection
+
+        return Selection(self.options.resume_id, self.options.stop_id,
+                         self.resume.completed if self.resume is not None else (),
+                         self.run_filter, self.shard_plan,
+                         self.shard.index if self.shard is not None else 0)
+
+    def _plan_step(self) -> None:
+        """``--replay-step``: the step file read and checked against the spec now (a bad one
+        is invalid input, exit 2, before anything runs); its run joins the plan."""
+        if not self.options.replay_step:
+            return
+        from param_compute.runtime.step_run import load_step, step_run
+
+        path, step, _ = load_step(self.spec_path, self.options.step_file, self.spec,
+                                  self.toolchain.registries.config_iterators,
+                                  self.options.device)
+        self.step_run = step_run(path, step)
 
     def _make_filters(self) -> None:
         """``--only``/``-k``/``--input-id`` (``plan.filters``; one that selects nothing is an
@@ -198,7 +225,7 @@ class Session:
                     self.spec, self.toolchain.registries.config_iterators, self.options.device))
             except FilterError as exc:
                 raise OptionsError(str(exc)) from None
-            self.run_filters.append(selection.wants)
+            self.run_filter = selection
         if not self.outputs.resume:
             return
         from param_compute.results.resume import scan_results
@@ -207,7 +234,6 @@ class Session:
         self.resume.check_matches(self.digest, self.options.dry_run,
                                   self.header["run_options"], self.outputs.resume_mixed,
                                   self.header["sys_info"])
-        self.run_filters.insert(0, self.resume.wants)
 
     def _make_sinks(self, extra: Iterable[Any]) -> None:
         from param_compute.results.sinks.base import as_sink
@@ -217,12 +243,14 @@ class Session:
         if self.path is not None:
             sinks.append(self._results_writer())
         if self.outputs.console:
-            from param_compute.results.sinks.console import ConsoleReporter, protocol_text
+            from param_compute.results.sinks.console import ConsoleReporter, protocol_advice
 
             sinks.append(ConsoleReporter(
                 str(self.path) if self.path else None, progress=self.outputs.progress,
                 max_rows=self.outputs.max_rows, sort=self.outputs.sort,
-                protocol=protocol_text(self.options.warmup_time, self.options.min_time)))
+                protocol=protocol_advice(self.options.protocol, self.options.warmup,
+                                         self.options.iteration, self.options.warmup_time,
+                                         self.options.min_time)))
         if self.outputs.collect:
             from param_compute.results.sinks.jsonl import RecordCollector
 
@@ -231,11 +259,11 @@ class Session:
         sinks += self._exports()
         # Missed targets and --verify failures decide the exit status too.
         sinks.append(Verdicts(self.outputs.fail_on_target_miss))
-        if self.options.replay_step:  # the step file read and checked now (exit 2 if bad)
-            from param_compute.runtime.step_session import StepReplaySink
+        if self.step_run is not None:
+            from param_compute.results.sinks.step import StepSummary
 
-            sinks.append(StepReplaySink.load(self.spec_path, self.options.step_file, self.spec,
-                                             self.toolchain, self.options))
+            sinks.append(StepSummary(self.step_run.input["calls"], self.options.host_gaps,
+                                     self.options.dry_run))
         if self.nsight is not None:
             sinks.append(self._batch_profiler())
         if self.path is not None and not self.options.isolate and not self.options.dry_run \

@@ -26,6 +26,8 @@ class PlannedRun(NamedTuple):
     build: Any
     input_id: str
     input: Dict[str, Any]
+    #: The step file of a step replay's run (``runtime.step_run``); None for a config's run.
+    step: Optional[str] = None
 
     @property
     def id(self) -> str:

@@ -6,8 +6,9 @@ the whole plan (pure Python, no tensors), estimates each run's cost from its sha
 (:func:`param_compute.plan.summary.estimate_cost`) and assigns runs to shards by the greedy
 longest-processing-time rule: most expensive first (plan order breaking ties), each to the
 least-loaded shard (lowest index breaking ties). Every process computes the same assignment, so
-they need no communication; each keeps its own runs through the engine's ``run_filters`` and
-writes its own results file next to ``--output`` (``out.json`` -> ``out.shard0of2.json``).
+they need no communication; each keeps its own runs through the session's selection
+(``plan.selection``) and writes its own results file next to ``--output`` (``out.json`` ->
+``out.shard0of2.json``).
 
 The shard's header says which shard it is and how to put the runs back in plan order, for
 ``python -m param_compute.analysis.merge``.

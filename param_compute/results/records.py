@@ -14,14 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from param_compute.results.stats import (across_repetitions, is_disturbed, is_noisy, summarize,
-                                         thin)
+from param_compute.results.stats import (SUMMARY_KEYS, across_repetitions, is_disturbed,
+                                         is_noisy, summarize, thin)
 from param_compute.results.targets import evaluate_target
 from param_compute.results.utilization import utilization
 
+#: The ``kind`` of a record's line: a config's run, or a step replay's (``step`` details).
+KIND_RUN = "run"
+KIND_STEP = "step"
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 STATUS_DRY_RUN = "dry-run"
+
+
+#: Per-sample lists of a pass's metric besides ``measure.time`` (thinned with it).
+PER_SAMPLE = ("measure.host_time", "measure.cpu_time", "measure.wall_time", "measure.sm_clock",
+              "measure.throttled")
+#: Metric keys that are not extra lists of a pass (``PassResult.metric`` makes them).
+_OWN_METRIC_KEYS = ("warmup.time", "measure.time", "measure.iterations")
 
 
 @dataclass(slots=True)
@@ -69,6 +79,29 @@ class PassResult:
             if name in self.extra:
                 self.extra[name] = thin(self.extra[name], keep)
 
+    @classmethod
+    def from_json(cls, name: str, metric: Dict[str, Any], stats: Optional[Dict[str, Any]],
+                  throughput: Optional[Dict[str, Any]]) -> "PassResult":
+        """A pass back from a record's JSON form (``metric``, ``stats`` and ``throughput`` of
+        pass ``name``): its times and lists, its facts (the stats beyond the summary), the
+        summary itself where the samples were thinned, its work and the peaks its rates were
+        judged against."""
+        stats = stats if isinstance(stats, dict) else {}
+        throughput = throughput if isinstance(throughput, dict) else {}
+        iterations = metric.get("measure.iterations")
+        facts = {k: v for k, v in stats.items() if k not in SUMMARY_KEYS}
+        summary = ({k: v for k, v in stats.items() if k in SUMMARY_KEYS
+                    and k not in ("repetition_medians", "kept")} if "kept" in stats else None)
+        if "kept" in stats:
+            facts["kept"] = stats["kept"]
+        return cls(name, list(metric.get("warmup.time") or []),
+                   list(metric.get("measure.time") or []),
+                   {k: list(v) for k, v in metric.items()
+                    if k not in _OWN_METRIC_KEYS and isinstance(v, list)},
+                   iterations[0] if isinstance(iterations, list) and iterations else None,
+                   throughput.get("flops"), throughput.get("bytes"),
+                   _peaks_of(throughput), facts, summary)
+
     def metric(self) -> Dict[str, List[float]]:
         """PARAM's metric dict: every value a list of numbers (counts too)."""
         out: Dict[str, Any] = {"warmup.time": self.warmup_ms, "measure.time": self.measure_ms}
@@ -98,6 +131,18 @@ class PassResult:
         return rates
 
 
+def _peaks_of(throughput: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The peaks a pass's rates were judged against, read back from its utilizations."""
+    peaks = {}
+    for rate, scale, util, key in (("tflops_per_s", 1e12, "flops_util", "flops_per_s"),
+                                   ("gb_per_s", 1e9, "bw_util", "bytes_per_s")):
+        value, fraction = throughput.get(rate), throughput.get(util)
+        if isinstance(value, (int, float)) and isinstance(fraction, (int, float)) \
+                and fraction > 0:
+            peaks[key] = value * scale / fraction
+    return peaks or None
+
+
 @dataclass(slots=True)
 class RunError:
     type: str
@@ -122,6 +167,8 @@ class RunRecord:
     #: How far the canary's time drifted from its own baseline around this run (a fraction:
     #: 0.4 is 40% slower), when beyond its noise band (``measure.canary``).
     canary_drift: Optional[float] = None
+    #: A step replay's details (``runtime.step_run``): its record is then a ``step`` line.
+    step: Optional[Dict[str, Any]] = None
 
     def stats(self) -> Dict[str, Optional[Dict[str, Any]]]:
         out = {p.name: p.stats() for p in self.passes}
@@ -163,8 +210,31 @@ class RunRecord:
             fields["error"] = RunError(**fields["error"])
         return cls(**fields)
 
+    @classmethod
+    def from_json(cls, record: Dict[str, Any]) -> "RunRecord":
+        """A record back from its JSON form (a results file's run or step line): what
+        ``to_json`` wrote it from, so that records of several processes combine as the
+        measured ones do (``results.combine``)."""
+        metric = record.get("metric") if isinstance(record.get("metric"), dict) else {}
+        stats = record.get("stats") if isinstance(record.get("stats"), dict) else {}
+        rates = record.get("throughput") if isinstance(record.get("throughput"), dict) else {}
+        passes = [PassResult.from_json(name, values, stats.get(name), rates.get(name))
+                  for name, values in metric.items() if isinstance(values, dict)
+                  and isinstance(values.get("measure.time"), list)
+                  and (values["measure.time"] or record.get("status") == STATUS_OK)]
+        error = record.get("error")
+        target = record.get("target")
+        return cls(str(record.get("op_name")), str(record.get("id")), record.get("config"),
+                   record.get("status", STATUS_OK), passes,
+                   RunError(str(error.get("type")), str(error.get("message")),
+                            str(error.get("phase"))) if isinstance(error, dict) else None,
+                   {k: v for k, v in target.items() if k in ("metric", "value", "pass")}
+                   if isinstance(target, dict) else None,
+                   record.get("verify"), None, record.get("canary_drift"), record.get("step"))
+
     def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
+        out: Dict[str, Any] = {"kind": KIND_STEP if self.step is not None else KIND_RUN,
+                               "op_name": self.op_name, "id": self.id, "status": self.status}
         config_input = self._input()
         for key in ("count", "original_us"):  # a captured config's, each looked up once
             value = config_input.get(key)
@@ -196,6 +266,8 @@ class RunRecord:
                             "phase": self.error.phase}
             if self.error.phase == "backward" and "backward" not in out["metric"]:
                 out["metric"]["backward"] = PassResult("backward", [], []).metric()
+        if self.step is not None:
+            out["step"] = self.step
         out["config"] = self.config
         return out
 

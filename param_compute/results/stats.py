@@ -15,7 +15,7 @@ A sample is *descheduled* when its wall time exceeds the calling thread's CPU ti
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 #: A pass whose median's 95% interval is wider than this fraction of the median is ``noisy``.
 NOISY_CI_WIDTH = 0.10
@@ -105,6 +105,15 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     high = min(low + 1, len(sorted_values) - 1)
     weight = position - low
     return sorted_values[low] * (1 - weight) + sorted_values[high] * weight
+
+
+def median(values: Iterable[float]) -> float:
+    """The median of ``values`` (the mean of the middle two of an even count); ValueError
+    when there are none. The one median of the code base: everything else calls this."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("the median of no values")
+    return quantile(ordered, 0.5)
 
 
 def summarize(values: Sequence[float]) -> Optional[Dict[str, float]]:

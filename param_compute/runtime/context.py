@@ -6,7 +6,7 @@ the engine that drives it. Torch-free: building one imports nothing heavy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Tuple
 
@@ -27,3 +27,5 @@ class ExecutionContext:
     data_generators: Mapping[str, Callable[[], Any]]
     #: The ``--workloads-dir`` folders the toolchain loaded, for a worker that starts its own.
     workloads_dirs: Tuple[Path, ...] = ()
+    #: Config iterator name -> class (a step replay plans the runs its calls name).
+    config_iterators: Mapping[str, type] = field(default_factory=dict)

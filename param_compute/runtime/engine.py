@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from param_compute.operators.unsafe import custom_namespace, unsafe_reason
 from param_compute.plan.runplan import PlannedRun, count_runs, plan_runs
+from param_compute.plan.selection import Selection
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_OK, RunError,
                                            RunRecord)
@@ -24,67 +25,43 @@ from param_compute.spec.model import BenchmarkSpec
 log = logging.getLogger("param_compute")
 
 
-class RunSelector:
-    """``--resume-id`` (runs before it are skipped; it runs) and ``--stop-id`` (it and all after
-    are skipped), matched against ``op_name|id``."""
-
-    def __init__(self, resume_id: Optional[str], stop_id: Optional[str]):
-        self.resume_id = resume_id
-        self.stop_id = stop_id
-        self.resumed = resume_id is None
-        self.stopped = False
-
-    def wants(self, run: PlannedRun) -> bool:
-        if self.resume_id is None and self.stop_id is None:
-            return True
-        key = run.key
-        if self.stop_id is not None and key == self.stop_id:
-            self.stopped = True
-        if self.stopped:
-            return False
-        if not self.resumed and key == self.resume_id:
-            self.resumed = True
-        return self.resumed
-
-    def unmatched(self) -> List[str]:
-        out = []
-        if not self.resumed:
-            out.append(f"--resume-id {self.resume_id!r} matched no run, so nothing ran")
-        if self.stop_id is not None and not self.stopped:
-            out.append(f"--stop-id {self.stop_id!r} matched no run")
-        return out
-
-
 class Engine:
     """Runs a validated spec with given options, streaming records to the sinks."""
 
     def __init__(self, spec: BenchmarkSpec, options: RunOptions, toolchain,
-                 sinks: Iterable[RecordSink] = (),
-                 run_filters: Sequence[Callable[[PlannedRun], bool]] = (),
-                 refused: Optional[Dict[str, str]] = None, journal: Optional[Any] = None):
+                 sinks: Iterable[RecordSink] = (), selection: Optional[Selection] = None,
+                 refused: Optional[Dict[str, str]] = None, journal: Optional[Any] = None,
+                 extra_runs: Sequence[PlannedRun] = ()):
         """``toolchain`` (``runtime.toolchain.Toolchain``) gives the config iterators and the
-        executor's context; ``run_filters`` further select runs (a shard's slice, runs not yet
-        done when resuming); a run every filter accepts and ``--resume-id``/``--stop-id`` select
-        runs. ``refused``: runs not executed but recorded as errors, by key -> message (a
-        config that crashed the previous attempt: ``runtime.crash_marker``); ``journal``: where
-        ``--repetitions`` keeps each measurement (``runtime.repetition_journal``)."""
+        executor's context; ``selection`` (``plan.selection``) says which runs are measured
+        (default: the options' ``--resume-id``/``--stop-id`` window, every run in it);
+        ``refused``: runs not executed but recorded as errors, by key -> message (a config
+        that crashed the previous attempt: ``runtime.crash_marker``); ``journal``: where
+        ``--repetitions`` keeps each measurement (``runtime.repetition_journal``);
+        ``extra_runs``: runs planned after the spec's own (the step replay's:
+        ``runtime.step_run``)."""
         self.spec = spec
         self.options = options
         self.iterators = toolchain.registries.config_iterators
         self.toolchain = toolchain
         self.sinks = [as_sink(sink) for sink in sinks]
         self.hooks = Hooks(self.sinks)
-        self.run_filters = list(run_filters)
+        self.selection = selection if selection is not None else Selection(
+            options.resume_id, options.stop_id)
         self._isolated = None  # the worker for runs that must be isolated (``_execute``)
         self.refused: Dict[str, str] = dict(refused or {})
         self.journal = journal
         self._isolated_ops: set = set()  # custom-namespace operators already said isolated
+        self.extra_runs = tuple(extra_runs)
 
     def plan(self) -> Iterable[PlannedRun]:
-        return plan_runs(self.spec, self.iterators, self.options.device)
+        """The spec's runs in order, then the extra runs (the step replay)."""
+        yield from plan_runs(self.spec, self.iterators, self.options.device)
+        yield from self.extra_runs
 
     def total(self) -> Optional[int]:
-        return count_runs(self.spec, self.iterators)
+        counted = count_runs(self.spec, self.iterators)
+        return None if counted is None else counted + len(self.extra_runs)
 
     def _executor(self):
         if self.options.dry_run:
@@ -111,14 +88,13 @@ class Engine:
     def _selected(self) -> List[PlannedRun]:
         """The runs ``run`` will measure, in plan order (``--repetitions`` measures them all
         before the first record is emitted)."""
-        selector = RunSelector(self.options.resume_id, self.options.stop_id)
-        return [run for run in self.plan()
-                if selector.wants(run) and all(f(run) for f in self.run_filters)]
+        selection = self.selection.restart()
+        return [run for run in self.plan() if selection.wants(run)]
 
     def run(self) -> RunSummary:
         """Run every selected run; a signal ends the loop between runs, not the bookkeeping."""
         summary = RunSummary()
-        selector = RunSelector(self.options.resume_id, self.options.stop_id)
+        selector = self.selection.restart()
         total = self.total() if self.hooks.start else None  # counted once, for every sink
         for start in self.hooks.start:
             start(total)
@@ -153,14 +129,13 @@ class Engine:
             summary.interrupted = held.signum
         return summary
 
-    def _loop(self, executor, selector: RunSelector, summary: RunSummary) -> None:
-        filters = self.run_filters
+    def _loop(self, executor, selector: Selection, summary: RunSummary) -> None:
         for run in self.plan():
             for before_run in self.hooks.before_run:
                 before_run(run)
             if self.hooks.pending_lines:
                 self._pass_lines()
-            if not selector.wants(run) or (filters and not all(f(run) for f in filters)):
+            if not selector.wants(run):
                 summary.skipped += 1
                 self._emit(run, None)
                 if selector.stopped:
@@ -190,6 +165,8 @@ class Engine:
         isolated: an operator known to touch memory out of bounds, or one of a custom
         namespace (its kernels are not torch's; a crash there must not end the run)."""
         if self.options.isolate or self.options.repetitions > 1:  # in a worker already
+            return None
+        if run.step is not None:  # a step replay: its calls were judged as configs
             return None
         reason = unsafe_reason(run.op_name, run.input,
                                self.spec.operators[run.op_index].input_data_generator)

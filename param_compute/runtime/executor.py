@@ -29,7 +29,7 @@ from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
 from param_compute.measure.canary import Canary
-from param_compute.measure.passes import PassMeasurer
+from param_compute.measure.measurer import Measurer
 from param_compute.measure.calibrate import main_dtype, peaks_for_run
 
 log = logging.getLogger("param_compute")
@@ -120,7 +120,8 @@ class Executor:
         self.watch = watch_clocks(self.device)  # per-sample GPU clocks (NVML), None off CUDA
         self.cold = ColdCache.attach(options.cold, self.device)  # --cold (measure.cold)
         self.annotator = Annotator(profiling=options.profile or options.execution_trace)
-        self.measurer = PassMeasurer(options, self.device, self.annotator, self.watch)
+        self.measurer = Measurer(options.measuring(), self.device, self.annotator, self.watch,
+                                 options.num_threads)
         self.canary = Canary() if options.canary and not options.nvtx_iterations else None
         self.flop_counter = FlopCounter() if options.throughput else None
         self.peaks = (peaks_for_run(options.device, options.num_threads, options.peaks)
@@ -132,6 +133,8 @@ class Executor:
         # (build key, estimated weight bytes, the operator object that estimated them)
         self.weights: Tuple[Any, int, Any] = (object(), 0, None)
         self.eager_forward: Optional[Callable[[], Any]] = None  # the run's uncompiled call
+        self.context = context
+        self.step_device = None  # the step replay's device (``_step_device``)
 
     def seed_run(self, run_key: str) -> None:
         seed_generators(seed_for_run(self.options.seed, run_key), self.options.device)
@@ -152,6 +155,8 @@ class Executor:
 
     def _execute(self, run: PlannedRun) -> RunRecord:
         """Measure one run; a failure becomes an error record keeping any pass already measured."""
+        if run.step is not None:
+            return self._execute_step(run)
         op_spec = self.spec.operators[run.op_index]
         passes: List[PassResult] = []
         try:
@@ -177,6 +182,59 @@ class Executor:
             return self._failed(run, failure, passes)
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes,
                          target=_target(op_spec, run), verify=verdict)
+
+    def _execute_step(self, run: PlannedRun) -> RunRecord:
+        """The step replay's run (``runtime.step_run``): the step file read and checked, its
+        estimated memory against the limit before anything is allocated, the step bound,
+        then measured by the run's ``Measurer``; ``--verify`` asks that every call ran on
+        the inputs it was captured with. A failure is an error record, as for any run."""
+        from param_compute.runtime.step_replay import StepReplay
+        from param_compute.runtime.step_run import load_step, measure_step, verify_step
+
+        passes: List[PassResult] = []
+        details = verdict = None
+        try:
+            with self.annotator.range(run_range_name(run.op_name, run.id)):
+                _, step, runs = self._phase("build", lambda: load_step(
+                    None, run.step, self.spec, self.context.config_iterators,
+                    self.options.device))
+                self._phase("memory", lambda: self._check_step_memory(step, runs))
+                replay = self._phase("build", lambda: StepReplay(
+                    step, runs, self.spec, self.context, self._step_device()))
+                measurer = Measurer(self.options.measuring(), replay.device, self.annotator,
+                                    self.watch, self.options.num_threads)
+                measured, details = self._phase("step", lambda: measure_step(
+                    replay, measurer, (run.op_name, run.id)))
+                passes.append(measured)
+                verdict = verify_step(details) if self.options.verify else None
+                del replay
+        except _PhaseError as failure:
+            record = self._failed(run, failure, passes)
+            record.step = details
+            return record
+        return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes, verify=verdict,
+                         step=details)
+
+    def _step_device(self):
+        """The device a step replays on: the run's, without an L2 flush before each step (a
+        step's own cache state is part of it)."""
+        if self.step_device is None:
+            self.step_device = open_device(self.options.device, flush_l2=False)
+        return self.step_device
+
+    def _check_step_memory(self, step, runs) -> None:
+        """Refuse a step whose replay is estimated above the limit (``runtime.step_memory``)."""
+        from param_compute.runtime.step_memory import step_bytes
+
+        if self.memory_limit is None:
+            return
+        needed = step_bytes(step, runs, self.spec, self._generator)
+        if needed > self.memory_limit:
+            raise MemoryLimitExceeded(
+                f"the step's replay needs an estimated {format_size(needed)} (its calls' bound "
+                f"arguments and the fed tensors alive together), over the "
+                f"{format_size(self.memory_limit)} limit (--max-memory); nothing was "
+                "allocated")
 
     def _failed(self, run: PlannedRun, failure: "_PhaseError", passes) -> RunRecord:
         cause = failure.cause
@@ -285,7 +343,7 @@ class Executor:
                      if self.flop_counter.moved else 0)  # a view moves no data
             work = (flops, moved)
             del output
-        result = self.measurer.measure(run, "forward", fn, None)
+        result = self.measurer.measure(fn, None, "forward", (run.op_name, run.id))
         result.extra.update({k: [v] for k, v in setup.items()})
         if work is not None:
             result.flops, result.bytes = work
@@ -306,7 +364,7 @@ class Executor:
             flops, _ = self.flop_counter.count(op.backward)
             work = (flops, tensor_bytes(getattr(op, "_grad", None)) + gradient_bytes(args)
                     + gradient_bytes(kwargs) if self.flop_counter.moved else 0)
-        result = self.measurer.measure(run, "backward", op.backward, prepare)
+        result = self.measurer.measure(op.backward, prepare, "backward", (run.op_name, run.id))
         op.drop_outputs()  # the graph of the last forward is not kept past its run
         if work is not None:
             result.flops, result.bytes = work

@@ -15,6 +15,8 @@ from param_compute.errors import OptionsError
 from param_compute.measure.clocks import TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
 from param_compute.runtime.option_values import host_gaps_refusal, typed_value
+from param_compute.measure.protocol import FIELDS as PROTOCOL_FIELDS
+from param_compute.measure.protocol import PROTOCOLS, Protocol, resolve
 from param_compute.measure.timing import ExecMode
 
 
@@ -63,10 +65,20 @@ class RunOptions:
 
     device: str = flag("-d", "--device", default="cpu",
                        help="cpu, cuda or cuda:N (default cpu)")
-    warmup: int = flag("-w", "--warmup", default=1, type=int,
-                       help="warm-up iterations (default 1)")
-    iteration: int = flag("-i", "--iteration", default=1, type=int,
-                          help="measured iterations (default 1)")
+    #: The measuring protocol (``measure.protocol``): "auto" (by time and noise) unless a
+    #: count is given, then "param" (PARAM's exact counts). The counts and time bounds below
+    #: are None until resolved (``__post_init__``): None is "not given".
+    protocol: Optional[str] = flag(
+        "--protocol", default=None, choices=list(PROTOCOLS),
+        help="auto (default without -w/-i): warm up for 10 ms, then at least 5 samples and "
+             "more until the median's 95%% interval is within ±2%% or 0.1 s of measuring "
+             "(--max-noise, --max-time change those); param: PARAM's -w 1 -i 1 (-w/-i given "
+             "imply it)")
+    warmup: Optional[int] = flag("-w", "--warmup", default=None, type=int,
+                                 help="warm-up iterations (PARAM's counts: default 1)")
+    iteration: Optional[int] = flag("-i", "--iteration", default=None, type=int,
+                                    help="measured iterations (PARAM's counts: default 1; "
+                                         "--protocol auto: at least this many)")
     backward: bool = flag("-b", "--backward", default=False, action="store_true",
                           help="also time the backward pass (gradient creation is not timed)")
     exec_mode: ExecMode = flag(
@@ -99,26 +111,29 @@ class RunOptions:
                          help="validate and expand only: write the planned runs, allocate "
                               "nothing")
     #: Adaptive iterations: keep measuring until the measured time reaches this many seconds.
-    min_time: float = flag(
-        "--min-time", default=0.0, type=float, metavar="S",
+    min_time: Optional[float] = flag(
+        "--min-time", default=None, type=float, metavar="S",
         help="adaptive: after -i iterations keep measuring until the measured time reaches S "
              "seconds (capped by --max-iteration)")
     max_iteration: int = flag("--max-iteration", default=100_000, type=int,
                               help="cap on measured iterations with --min-time (default 100000)")
     #: Time-based warm-up: after the ``warmup`` calls keep warming until this many seconds of
     #: calls have run (with ``min_time``, also until the per-block median stops drifting).
-    warmup_time: float = flag(
-        "--warmup-time", default=0.0, type=float, metavar="S",
+    warmup_time: Optional[float] = flag(
+        "--warmup-time", default=None, type=float, metavar="S",
         help="after the -w calls keep warming up until S seconds of calls have run (with "
              "--min-time also until the per-block median settles); recommended: "
              "--warmup-time 0.2 --min-time 0.5")
-    #: --max-noise/--max-time (``measure.passes``); --timer (``measure.clocks.TIMERS``).
-    max_noise: float = flag(
-        "--max-noise", default=0.0, type=float, metavar="PCT",
+    #: --max-noise/--max-time (``measure.measurer``); --timer (``measure.clocks.TIMERS``).
+    max_noise: Optional[float] = flag(
+        "--max-noise", default=None, type=float, metavar="PCT",
         help="keep measuring until the median's 95%% interval is within ±PCT%% of it (at least "
-             "--min-time, at most --max-time/--max-iteration); stats say why it stopped")
-    max_time: float = flag("--max-time", default=10.0, type=float, metavar="S",
-                           help="upper bound of --max-noise's measuring, seconds (default 10)")
+             "--min-time, at most --max-time/--max-iteration); stats say why it stopped "
+             "(--protocol auto: 2)")
+    max_time: Optional[float] = flag(
+        "--max-time", default=None, type=float, metavar="S",
+        help="upper bound of --max-noise's measuring, seconds (--protocol auto: 0.1; with "
+             "PARAM's counts: 10)")
     timer: str = flag("--timer", default="wall", choices=list(TIMERS),
                       help="wall (default): the device's clock; cpu: the calling thread's CPU "
                            "time (CPU, --num-threads 1): time spent descheduled not counted; "
@@ -239,6 +254,10 @@ class RunOptions:
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
+        # The protocol's counts and bounds where not given (``measure.protocol.resolve``).
+        given = {name: getattr(self, name) for name in PROTOCOL_FIELDS}
+        for name, value in resolve(self.protocol, given).items():
+            object.__setattr__(self, name, value)
         for name in ("allow_namespaces", "workloads_dirs", "only", "keywords",
                      "input_ids"):  # any iterable of names or paths (or one name)
             value = getattr(self, name)
@@ -248,6 +267,16 @@ class RunOptions:
             object.__setattr__(self, "replay_step", True)
         if self.timeout is not None:  # a per-config bound needs a process that can be killed
             object.__setattr__(self, "isolate", True)
+
+    def measuring(self) -> Protocol:
+        """The protocol every measurement of this run follows (``measure.protocol``)."""
+        return Protocol(
+            warmup=self.warmup, iteration=self.iteration, warmup_time=self.warmup_time,
+            min_time=self.min_time, max_noise=self.max_noise, max_time=self.max_time,
+            max_iteration=self.max_iteration, min_samples=PROTOCOLS[self.protocol][
+                "min_samples"], exec_mode=self.exec_mode, timer=self.timer,
+            discard_disturbed=self.discard_disturbed, discard_throttled=self.discard_throttled,
+            keep_samples=self.keep_samples, nvtx_iterations=self.nvtx_iterations)
 
     def check(self) -> "RunOptions":
         if self.warmup < 0:

@@ -8,13 +8,10 @@ selected runs in the order :func:`repetition_order` gives for ``(seed, r)``: dif
 repetition, the same for the same ``--seed``. Each repetition gets a fresh worker process
 (``isolation.IsolatedExecutor``; a crash becomes an error record, as with ``--isolate``).
 
-:func:`combine` makes a run's record from its N records: the samples of every repetition
-(``measure.time`` holds them all, so PARAM readers and ``compare`` see every sample) and per
-pass the median of each repetition (``RunRecord.repetition_medians``), from which
-``stats.<pass>`` reports the median of repetition medians and its interval across repetitions
-(``results.stats.across_repetitions``). A run that failed in any repetition is that failure's
-record, its message saying which repetition. A run interrupted by a signal first writes the
-runs measured so far (records of the repetitions that reached them), then stops as asked.
+A run's record is made from its N records by the one rule that also joins ``ab``'s rounds
+(``results.combine``): every sample kept, the median and its interval across repetitions. A
+run interrupted by a signal first writes the runs measured so far (records of the repetitions
+that reached them), then stops as asked.
 """
 
 from __future__ import annotations
@@ -28,8 +25,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 from param_compute.plan.runkey import join_fields
 from param_compute.plan.runplan import PlannedRun
 from param_compute.process.signals import GUARD, Interrupted
-from param_compute.results.records import STATUS_OK, PassResult, RunError, RunRecord
-from param_compute.results.stats import pooled_facts, summarize, thin
+from param_compute.results.combine import combine
+from param_compute.results.records import RunRecord
 
 log = logging.getLogger("param_compute")
 
@@ -39,56 +36,6 @@ def repetition_order(runs: Sequence[PlannedRun], seed: int, repetition: int) -> 
     order = list(runs)
     random.Random(join_fields("param_compute", "repetition", seed, repetition)).shuffle(order)
     return order
-
-
-def _combined_pass(passes: Sequence[PassResult], keep: Optional[int] = None) -> PassResult:
-    """The kept samples of every repetition end to end, thinned to ``keep`` (``--keep-samples``)
-    where they are more; ``n`` counts every sample measured (``kept`` how many the record
-    holds, where samples were thinned)."""
-    first = passes[0]
-    extra: Dict[str, List[float]] = {}
-    for one in passes:
-        for key, values in one.extra.items():
-            extra.setdefault(key, []).extend(values)
-    counts = [p.iterations for p in passes if p.iterations is not None]
-    times = [t for p in passes for t in p.measure_ms]
-    facts = pooled_facts([p.facts for p in passes])
-    summary = summarize(times)
-    thinned = keep is not None and len(times) > keep
-    if summary is not None and (thinned or any(p.summary is not None for p in passes)):
-        summary["n"] = sum((p.stats() or {}).get("n", 0) for p in passes)
-        facts["kept"] = len(times)
-    if thinned:
-        from param_compute.measure.passes import PER_SAMPLE
-
-        times, facts["kept"] = thin(times, keep), keep
-        extra.update({key: thin(extra[key], keep) for key in PER_SAMPLE if key in extra})
-    return dataclasses.replace(
-        first, warmup_ms=[t for p in passes for t in p.warmup_ms], measure_ms=times,
-        extra=extra, iterations=sum(counts) if counts else None, facts=facts, summary=summary)
-
-
-def combine(records: Sequence[RunRecord], keep: Optional[int] = None) -> RunRecord:
-    """One run's record from its records of every repetition, in repetition order (at most
-    ``keep`` samples a pass)."""
-    for index, record in enumerate(records):
-        if record.status != STATUS_OK:
-            error = record.error or RunError("Failed", record.status, "run")
-            return dataclasses.replace(record, error=dataclasses.replace(
-                error, message=f"repetition {index + 1} of {len(records)}: {error.message}"))
-    names = [p.name for p in records[0].passes]
-    passes, medians = [], {}
-    for name in names:
-        each = [next(p for p in r.passes if p.name == name) for r in records
-                if any(p.name == name for p in r.passes)]
-        passes.append(_combined_pass(each, keep))
-        medians[name] = [p.stats()["median"] for p in each if p.measure_ms]  # of all samples
-    verdicts = [r.verify for r in records if r.verify is not None]
-    failed = [v for v in verdicts if v.get("status") not in (None, "PASS")]
-    drifts = [r.canary_drift for r in records if r.canary_drift is not None]
-    return dataclasses.replace(records[0], passes=passes, repetition_medians=medians,
-                               verify=(failed or verdicts or [None])[0],
-                               canary_drift=max(drifts, key=abs) if drifts else None)
 
 
 class RepeatedExecutor:

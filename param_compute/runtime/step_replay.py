@@ -9,27 +9,24 @@ and shared by every call that reads them. A produced tensor is released after it
 or where the step file's ``hold`` says the original released it (a gradient lives on in
 ``.grad`` until the next step's ``zero_grad``: released as the next replayed step starts).
 
-Protocol: one checked pass (each fed tensor must have the shape and dtype its reader was
-captured with; a mismatch or a call that fails gets a generated tensor instead, and is
-counted), ``-w`` warm-up steps, then ``-i`` steps timed whole with nothing per call (the step
-time) alternating with ``-i`` steps with a clock around every call (each call's in-step time),
-extended like ``--min-time``; on the host, then, a few untimed steps counting each call's
-minor page faults (``count_faults``). The record: the step's times, and per config the median
-over passes of its in-step time per call (``in_step_us``) and its page faults per call
-beside the original's where the step file has them, next to the isolated records.
+This module binds and runs the step: ``checked_pass`` (each fed tensor must have the shape and
+dtype its reader was captured with; a mismatch or a call that fails gets a generated tensor
+instead, and is counted), ``run_step`` (one step; what the ``Measurer`` times, through
+``step_callable``), ``run_step_timed`` (one step with the device's clock around every call)
+and ``count_faults`` (each call's minor page faults over a few untimed steps). How the step is
+measured, with the run's protocol, and what its record says: ``runtime.step_run``.
 
-Host gaps (``--host-gaps``, on a device by default): the replay times its own host step, then
-spreads what the original's (``real_host_us``) took more over the gaps where its host spent
-it (``gap_us``, ``tail_gap_us``: the capture's shape), waiting before each call in the
-step-timed passes only (``fit_host_gaps``): launches come at the original host's pace, and a
-step whose host fell behind its device leaves the device idle, as the original did.
+Host gaps (``--host-gaps``, on a device by default): the replay's own host step is measured,
+then what the original's (``real_host_us``) took more is spread over the gaps where its host
+spent it (``gap_us``, ``tail_gap_us``: the capture's shape), waited before each call in the
+timed steps only (``fit_host_gaps``): launches come at the original host's pace, and a step
+whose host fell behind its device leaves the device idle, as the original did.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -37,6 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from param_compute.spec.step_file import path_text
+from param_compute.results.stats import median
 from param_compute.data.generator import materialize, seed_for_run, seed_generators
 from param_compute.measure.devices import open_device
 from param_compute.runtime.step_gaps import fit_gaps
@@ -66,14 +64,18 @@ class _Call:
 class StepReplay:
     """A step file's calls, bound to built operators and generated external tensors."""
 
-    def __init__(self, step: Dict[str, Any], runs: Dict[str, Any], spec, context):
-        """``runs``: run key -> ``PlannedRun`` for every key the step names."""
+    def __init__(self, step: Dict[str, Any], runs: Dict[str, Any], spec, context,
+                 device: Any = None):
+        """``runs``: run key -> ``PlannedRun`` for every key the step names; ``device``: the
+        opened device to replay on (default: the options', without an L2 flush: a step's own
+        cache state is part of it)."""
         self.step = step
         self.options = options = context.options
         self.spec = spec
         self.context = context
         torch.set_num_threads(options.num_threads)
-        self.device = open_device(options.device, flush_l2=False)
+        self.device = device if device is not None else open_device(options.device,
+                                                                    flush_l2=False)
         self.clock = self.device.clock
         self.calls: List[_Call] = []
         self.values: List[Any] = []
@@ -367,27 +369,12 @@ class StepReplay:
             faults = [0] * len(self.calls)
             self.run_step(faults, counter=minor_faults)
             counts.append(faults)
-        return [statistics.median(column) if call.failed is None else None
+        return [median(column) if call.failed is None else None
                 for call, column in zip(self.calls, zip(*counts))]
 
-    def host_step_us(self) -> float:
-        """One step without host gaps, the host's time only (µs, to the last call's return:
-        on a device, its launches; the device drained first)."""
-        self.clock.synchronize()
-        start = time.perf_counter_ns()
-        self.run_step()
-        took = (time.perf_counter_ns() - start) / 1e3
-        self.clock.synchronize()
-        return took
-
-    def time_step(self) -> float:
-        """The whole step, ms (device clock), host gaps kept where fitted."""
-        clock = self.clock
-        if hasattr(clock, "reserve"):
-            clock.reserve(2)
-        clock.synchronize()
-        start = clock.stamp()
-        self.run_step(scheduled=self.scheduled)
-        end = clock.stamp()
-        clock.synchronize()
-        return clock.elapsed_ms(start, end)
+    def step_callable(self):
+        """The whole step as one callable, the host gaps waited where fitted: what the
+        ``Measurer`` times (``step_run.measure_step``)."""
+        if self.scheduled:
+            return functools.partial(self.run_step, scheduled=True)
+        return self.run_step

@@ -120,4 +120,5 @@ class Toolchain:
         """What an executor needs to measure ``spec``'s runs with ``options`` (completed:
         see :meth:`complete`)."""
         return ExecutionContext(self.complete(options), spec, self.resolver.factory,
-                                self.registries.data_generators, self.workloads_dirs)
+                                self.registries.data_generators, self.workloads_dirs,
+                                self.registries.config_iterators)

@@ -5,7 +5,9 @@ would inflate that original (a view that takes 2 µs reads 20 to 60 under Kineto
 is timed twice without one: whole, with nothing attached (``time_step``: the real step's
 wall time), and op by op with a dispatch mode that only reads the clock around each call
 (``time_ops_in_place``: the mode's own Python cost falls outside the timed region, between
-calls). The capture itself then runs once more and takes those times as ``original_us``.
+calls). Both time through the measuring core: the whole step is a measurement of the one
+``Measurer``, and the in-place timer stamps with the device's clock (``measure.devices``). The
+capture itself then runs once more and takes those times as ``original_us``.
 
 In passes of their own the timer counts the minor page faults each call took (``getrusage``
 around it): a call whose output is fresh memory touches it first and faults once per page,
@@ -27,7 +29,6 @@ shape the step replay scales to the original's unprofiled host time (``step_repl
 from __future__ import annotations
 
 import gc
-import statistics
 import time
 from collections import defaultdict
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -36,24 +37,50 @@ from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from param_compute.measure.faults import minor_faults
-from param_compute.measure.launch_cover import launch_cover_us, spin_cycles_per_us
+from param_compute.measure.timing import HostClock
+from param_compute.results.stats import median
 
 
 #: Untimed steps whose calls' minor page faults are counted (``time_ops_in_place``).
 FAULT_PASSES = 3
 
 
-class CallTimer(TorchDispatchMode):
-    """Times each aten call made while active (ns, in order): nothing else is done per call.
+def step_device():
+    """The device a live step runs on, opened for timing it (no L2 flush: a step's own cache
+    state is part of it): the current CUDA device where the step initialized CUDA, else the
+    host."""
+    import torch
 
-    With ``events`` (a CUDA step), a CUDA event pair around each call instead: the device
-    time between them, read after the step (``resolve``). A short spin kernel goes first
+    from param_compute.measure.devices import open_device
+
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return open_device(f"cuda:{torch.cuda.current_device()}" if cuda else "cpu",
+                       flush_l2=False)
+
+
+def _cuda_clock():
+    """The current CUDA device's event clock (``measure.devices``), no L2 flush."""
+    import torch
+
+    from param_compute.measure.devices import CudaEventClock
+
+    return CudaEventClock(f"cuda:{torch.cuda.current_device()}", flush_l2=False)
+
+
+class CallTimer(TorchDispatchMode):
+    """Times each aten call made while active, with a device's clock (``measure.devices``):
+    two stamps around the call, nothing else done per call.
+
+    On the host the clock is ``perf_counter_ns``; with ``events`` (a CUDA step), the current
+    device's event clock: a pair of events made before the call, the device time between them
+    read after the step (``resolve``). The clock's launch cover goes first
     (``measure.launch_cover``): on a GPU left idle by the host, the start event would fire
     before the call's kernel was even launched, and the pair time the launch."""
 
-    def __init__(self, events: bool = False, count_faults: bool = False):
-        """``count_faults``: count each call's minor page faults instead of timing it (on
-        the host, whatever ``events`` says)."""
+    def __init__(self, events: bool = False, count_faults: bool = False, clock: Any = None):
+        """``count_faults``: count each call's minor page faults instead of timing it (no
+        clock, no events, whatever ``events`` says); ``clock``: the clock to stamp with
+        (default: the host's, or with ``events`` the current CUDA device's)."""
         super().__init__()
         self.calls: List[Any] = []
         #: minor page faults of each call, in order (``count_faults``: a pass counting them,
@@ -62,13 +89,13 @@ class CallTimer(TorchDispatchMode):
         self.count_faults = count_faults
         #: host clock (ns) as each call started and returned, in order
         self.spans: List[Any] = []
-        self.events = events
-        self._spin = 0.0  # spin cycles per µs (events: the current device's)
+        if clock is None:
+            clock = _cuda_clock() if events and not count_faults else HostClock()
+        self.clock = clock
+        self._host_ns = getattr(clock, "host_ns", lambda stamp: stamp)
+        self._reserve = getattr(clock, "reserve", None)
+        self._cover = getattr(clock, "cover", None)
         self._last_host_us: Optional[float] = None
-        if events:
-            import torch
-
-            self._spin = spin_cycles_per_us(torch.cuda.current_device())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -81,67 +108,44 @@ class CallTimer(TorchDispatchMode):
             self.faults.append(minor_faults() - faults)
             self.calls.append((func, 0))
             return out
-        if self.events:
-            import torch
-
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                enable_timing=True)
-            if self._spin:  # the GPU busy while the host records and launches
-                torch.cuda._sleep(int(launch_cover_us(self._last_host_us) * self._spin))
-            start.record()
-            began = time.perf_counter_ns()
-            out = call(*args, **kwargs)
-            ended = time.perf_counter_ns()
-            end.record()
-            self.spans.append((began, ended))
-            self._last_host_us = (ended - began) / 1e3
-            self.calls.append((func, (start, end)))
-            return out
-        clock = time.perf_counter_ns
-        start = clock()
+        if self._reserve is not None:  # both events made before the call, not inside it
+            self._reserve(2)
+        if self._cover is not None:  # the device busy while the host records and launches
+            self._cover(self._last_host_us)
+        stamp = self.clock.stamp
+        start = stamp()
         out = call(*args, **kwargs)
-        elapsed = clock() - start
-        self.calls.append((func, elapsed))
-        self.spans.append((start, start + elapsed))
+        end = stamp()
+        began, ended = self._host_ns(start), self._host_ns(end)
+        self.spans.append((began, ended))
+        self._last_host_us = (ended - began) / 1e3
+        self.calls.append((func, (start, end)))
         return out
 
     def resolve(self) -> List[Any]:
-        """(func, ns) per call, event pairs read (after synchronizing) where used."""
-        if not self.events or self.count_faults:
+        """(func, ns) per call, the clock's stamps read (after synchronizing)."""
+        if self.count_faults:
             return self.calls
-        import torch
-
-        torch.cuda.synchronize()
-        return [(func, pair[0].elapsed_time(pair[1]) * 1e6) for func, pair in self.calls]
+        self.clock.synchronize()
+        elapsed = self.clock.elapsed_ms
+        return [(func, elapsed(*pair) * 1e6) for func, pair in self.calls]
 
 
 def time_step(function: Callable[[], object], repeats: int,
               host: Optional[List[float]] = None) -> List[float]:
-    """The step's wall time in µs, ``repeats`` times, unprofiled (the collector paused, as
-    the replay pauses it; on CUDA, synchronized before and after). ``host``, when given, gets
-    each step's host time (to the function's return, before the final synchronize)."""
-    import torch
+    """The step's time in µs, ``repeats`` times, unprofiled: the one ``Measurer``
+    (``measure.measurer``) with ``repeats`` discrete samples on the step's device (on CUDA,
+    events and a synchronize before each). ``host``, when given, gets each step's host time
+    (to the function's return: on the host the same as the step's)."""
+    from param_compute.measure.measurer import Measurer
+    from param_compute.measure.protocol import Protocol
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() \
-        else (lambda: None)
-    out = []
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            sync()
-            start = time.perf_counter_ns()
-            function()
-            returned = time.perf_counter_ns()
-            sync()
-            out.append((time.perf_counter_ns() - start) / 1e3)
-            if host is not None:
-                host.append((returned - start) / 1e3)
-    finally:
-        if enabled:
-            gc.enable()
-    return out
+    gc.collect()  # once, before: the step starts from a clean heap, as the replay's does
+    result = Measurer(Protocol(warmup=0, iteration=repeats, keep_samples=max(1, repeats)),
+                      step_device(), num_threads=None).measure(function, name="step")
+    if host is not None:
+        host.extend(t * 1e3 for t in result.extra.get("measure.host_time", result.measure_ms))
+    return [t * 1e3 for t in result.measure_ms]
 
 
 def time_ops_in_place(function: Callable[[], object], steps: int = 1,
@@ -162,6 +166,7 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
     import torch
 
     events = torch.cuda.is_available() and torch.cuda.is_initialized()
+    clock = _cuda_clock() if events else HostClock()
     runs: List[Dict[str, List[float]]] = []
     sequences: List[List[Any]] = []  # per pass: (op, gap before, host µs) of each call
     tails: List[float] = []
@@ -174,7 +179,7 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
             timers = []
             previous = time.perf_counter_ns()  # steps follow each other: one timeline
             for _ in range(steps):
-                timer = CallTimer(events)
+                timer = CallTimer(clock=clock)
                 with timer:
                     function()
                 timers.append(timer)
@@ -196,7 +201,7 @@ def time_ops_in_place(function: Callable[[], object], steps: int = 1,
             gc.enable()
     if timeline is not None:
         timeline["calls"] = _sequence_medians(sequences)
-        timeline["tail_us"] = statistics.median(tails)
+        timeline["tail_us"] = median(tails)
     return _per_call_medians(runs)
 
 
@@ -226,8 +231,8 @@ def _sequence_medians(sequences: List[List[Any]]) -> List[Any]:
     first (all of them, normally; the first alone where none other did)."""
     names = [name for name, _, _ in sequences[0]]
     same = [s for s in sequences if [name for name, _, _ in s] == names]
-    return [(name, statistics.median(s[k][1] for s in same),
-             statistics.median(s[k][2] for s in same)) for k, name in enumerate(names)]
+    return [(name, median([s[k][1] for s in same]),
+             median([s[k][2] for s in same])) for k, name in enumerate(names)]
 
 
 def host_gaps(timeline: Dict[str, Any]) -> Tuple[Dict[str, List[Any]], float]:
@@ -250,11 +255,7 @@ def _per_call_medians(runs: List[Dict[str, List[float]]]) -> Dict[str, List[floa
     for name, first in runs[0].items():
         samples = [run.get(name, []) for run in runs]
         if all(len(s) == len(first) for s in samples):
-            out[name] = [statistics.median(values) for values in zip(*samples)]
+            out[name] = [median(values) for values in zip(*samples)]
         else:  # the passes ran different calls: the first pass alone
             out[name] = first
     return out
-
-
-def median(values: List[float]) -> float:
-    return statistics.median(values) if values else 0.0

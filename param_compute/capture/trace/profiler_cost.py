@@ -11,10 +11,10 @@ profiled call nested inside it, and never drops below the trivial ops' real cost
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections import defaultdict
 from typing import Any, Dict, List, Optional
+
+from param_compute.results.stats import median
 
 #: Ops that only make a view or alias: their real cost is the dispatcher's and a tensor's.
 TRIVIAL_OPS = frozenset({
@@ -48,20 +48,21 @@ def nested_counts(events: List[Dict[str, Any]]) -> Dict[int, int]:
 
 def unprofiled_trivial_us(calls: int = 2000) -> float:
     """The median µs of a trivial op (``view``, ``detach``, ``t``) called without a profiler
-    on this machine."""
+    on this machine: each measured by the one ``Measurer``, back to back (``calls`` calls in
+    blocks, after 50 to warm up), the median of its block means."""
     import torch
+
+    from param_compute.measure.devices import Device
+    from param_compute.measure.measurer import Measurer
+    from param_compute.measure.protocol import Protocol
+    from param_compute.measure.timing import ExecMode, HostClock
 
     x = torch.empty(4, 4)
     ops = (lambda: x.view(16), lambda: x.detach(), lambda: x.t())
-    samples = []
-    for op in ops:
-        for _ in range(50):
-            op()
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            op()
-        samples.append((time.perf_counter_ns() - start) / calls / 1e3)
-    return statistics.median(samples)
+    measurer = Measurer(Protocol(warmup=50, iteration=calls, exec_mode=ExecMode.CONTINUOUS),
+                        Device("host", HostClock()), num_threads=None)
+    return median([measurer.measure(op, name="trivial").stats()["median"] * 1e3
+                   for op in ops])
 
 
 class ProfilerCost:
@@ -98,7 +99,7 @@ def calibrate(events: List[Dict[str, Any]],
                and counts.get(id(e), 0) == 0]
     if len(trivial) < MIN_TRIVIAL_CALLS:
         return None
-    profiled = statistics.median(trivial)
+    profiled = median(trivial)
     real = unprofiled_trivial_us() if real_us is None else real_us
     per_call = max(0.0, profiled - real)
     how = (f"median Kineto duration {profiled:.2f} µs of {len(trivial)} trivial leaf calls "

@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from param_compute.runtime.options import RunOptions
-from param_compute.results.records import PassResult
+
+
+#: The keys of PARAM's metric dict.
+PARAM_KEYS = ("warmup.time", "measure.time", "warmup.gpu.memory", "measure.gpu.memory")
 
 
 class OpExecutor:
@@ -61,19 +64,19 @@ class OpExecutor:
 
     def _timed(self, pass_name: str, fn: Callable[[], Any],
                prepare: Optional[Callable[[], Any]]) -> Dict[str, List[float]]:
-        from param_compute.measure.timing import time_calls
+        """PARAM's metric of one pass, measured by the one ``Measurer`` with the options'
+        protocol (PARAM's counts): the times and a phase's memory peak repeated per
+        iteration, as PARAM writes it."""
+        from param_compute.measure.measurer import Measurer
 
-        device, mode = self._device, self.options.exec_mode
-        times: Dict[str, List[float]] = {}
-        extra: Dict[str, List[float]] = {}
-        for phase, count in (("warmup", self.options.warmup),
-                             ("measure", self.options.iteration)):
-            device.reset_peak_memory()
-            times[phase] = time_calls(fn, count, device.clock, mode, prepare)
-            peak = device.peak_memory_mb()
+        result = Measurer(self.options.measuring(), self._device).measure(fn, prepare,
+                                                                          pass_name)
+        for phase, times in (("warmup", result.warmup_ms), ("measure", result.measure_ms)):
+            peak = result.extra.get(f"{phase}.gpu.memory")
             if peak is not None:
-                extra[f"{phase}.gpu.memory"] = [peak] * len(times[phase])
-        return PassResult(pass_name, times["warmup"], times["measure"], extra).metric()
+                result.extra[f"{phase}.gpu.memory"] = peak * len(times)
+        metric = result.metric()  # zeros where the device has no allocator, as PARAM writes
+        return {key: metric[key] for key in PARAM_KEYS}  # PARAM's keys only
 
 
 __all__ = ["OpExecutor"]

@@ -54,11 +54,17 @@ def max_rows(text: str) -> Optional[int]:
     return int(text)
 
 
-def protocol_text(warmup_time: float, min_time: float) -> Optional[str]:
-    """``--warmup-time 0.2 --min-time 0.5`` as the run used it (None: neither)."""
-    used = [f"--{flag} {value:g}" for flag, value in (("warmup-time", warmup_time),
-                                                     ("min-time", min_time)) if value]
-    return " ".join(used) or None
+def protocol_advice(protocol: str, warmup: int, iteration: int, warmup_time: float,
+                    min_time: float) -> str:
+    """What to do about runs with too few values, given the protocol they ran with."""
+    if min_time:
+        used = " ".join(f"--{flag} {value:g}" for flag, value in (
+            ("warmup-time", warmup_time), ("min-time", min_time)) if value)
+        return f"they ran with {used}: a longer --min-time gives more"
+    if protocol == "param":
+        return (f"they ran with PARAM's counts, -w {warmup} -i {iteration}: without -w/-i "
+                "the default protocol measures by time until the median is sure")
+    return "the protocol's time cap ended them: a larger --max-time gives more"
 
 
 def _rate(value) -> str:
@@ -113,8 +119,8 @@ class ConsoleReporter(RecordSink):
         #: Off a terminal (and not asked to be quiet): progress as INFO log lines.
         self.log_progress = progress is None and not self.show_progress
         self.results_path = results_path
-        #: The measurement protocol the run used (``--warmup-time 0.2 --min-time 0.5``), if
-        #: any: too few values then call for a longer --min-time, not for the protocol.
+        #: What to do about runs with too few values, for the protocol the run used
+        #: (``protocol_advice``).
         self.protocol = protocol
         self.max_rows = max_rows
         self.sort = sort
@@ -220,8 +226,7 @@ class ConsoleReporter(RecordSink):
             parts.append(f"{summary.skipped} skipped")
         self.console.print(", ".join(parts))
         if self.too_few:
-            advice = (f"they ran with {self.protocol}: a longer --min-time gives more"
-                      if self.protocol else "recommended: --warmup-time 0.2 --min-time 0.5")
+            advice = self.protocol or "without -w/-i the default protocol measures by time"
             self.console.print(
                 f"[yellow]{self.too_few} run(s) have fewer than {MIN_TRUSTED_N} measured values: "
                 f"too few to trust[/yellow] ({advice})", soft_wrap=True, highlight=False)

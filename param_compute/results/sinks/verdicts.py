@@ -42,9 +42,12 @@ class Verdicts(RecordSink):
         verify = out.get("verify")
         if verify is not None and verify.get("status") == "FAIL":
             self.verify_failed.append(key)
-            log.warning("%s failed --verify: mean relative error %s, max abs error %s", key,
-                        format_number(verify.get("mean_rel_error")),
-                        format_number(verify.get("max_abs_error")))
+            if verify.get("why"):  # a check with no numbers to compare (a step replay)
+                log.warning("%s failed --verify: %s", key, verify["why"])
+            else:
+                log.warning("%s failed --verify: mean relative error %s, max abs error %s",
+                            key, format_number(verify.get("mean_rel_error")),
+                            format_number(verify.get("max_abs_error")))
 
     def finish(self, summary) -> None:
         if self.missed:

@@ -1,24 +1,31 @@
-"""Measuring one pass: warm-up, the drivers of the timing loop, and what it knows beside times.
+"""The Measurer: one protocol and one clock measuring any callable into one typed measurement.
+
+Everything timed goes through it: a config's forward and backward passes, the step replay (the
+whole step is its callable), a live capture's unprofiled step, calibration and the canary. It
+takes a ``Protocol`` (``measure.protocol``) and a device (whose ``clock`` is the seam:
+``measure.devices``), and returns a ``PassResult`` (``results.records``): the raw times, what
+the measurement knows beside them, and statistics derived once (``results.stats``).
 
 Every driver calls the one timing loop (``measure.timing.time_calls``) in blocks and decides
-between blocks: ``-i`` alone (one block), ``--min-time`` (doubling blocks until the time is
-spent), ``--max-noise`` (blocks growing by a quarter until the median's 95% interval is within
-±PCT of it, at least ``--min-time``, at most ``--max-time``/``--max-iteration``; the pass's
-``stop_reason`` says which ended it). On the host with one thread the loop also reads the
-thread's CPU time per sample (``measure.clocks``): the pass's stats get ``descheduled``, and
-``--timer cpu`` makes those CPU times the pass's times. ``involuntary_switches`` counts the
-kernel's preemptions over the measurement; ``peak_bytes`` is the memory the pass took above
+between blocks: the ``iteration`` calls alone (one block), ``min_time`` (doubling blocks until
+the time is spent), ``max_noise`` (blocks growing by a quarter until the median's 95% interval
+is within ±PCT of it, at least ``min_samples`` values and ``min_time``, at most
+``max_time``/``max_iteration``; ``stop_reason`` says which ended it). On the host with one
+thread the loop also reads the thread's CPU time per sample (``measure.clocks``): the stats get
+``descheduled``, and ``timer="cpu"`` makes those CPU times the sample. ``involuntary_switches``
+counts the kernel's preemptions over the measurement; ``peak_bytes`` is the memory taken above
 what was allocated when each phase began, at its peak (the device's seam). Raw times are
-thinned to ``--keep-samples`` after the statistics are taken from all of them.
+thinned to ``keep_samples`` after the statistics are taken from all of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable, List, Optional, Tuple
 
-from param_compute.plan.runplan import PlannedRun
-from param_compute.results.records import PassResult
+from param_compute.measure.protocol import Protocol
+from param_compute.results.records import PER_SAMPLE, PassResult
 from param_compute.results.stats import median_ci
 from param_compute.measure.clocks import pick_times, reads_thread_cpu
 from param_compute.measure.device_samples import finish_measure
@@ -31,13 +38,8 @@ from param_compute.measure.timing import (CONTINUOUS_BLOCKS, ExecMode, spent_ms,
 #: Continuous mode with --min-time: blocks of about this many ms, 10 to 100 of them.
 CONTINUOUS_BLOCK_MS = 10.0
 MAX_CONTINUOUS_BLOCKS = 100
-#: --max-noise judges the interval from this many values on (fewer cannot pin a median).
-MIN_SURE_N = 10
 #: --max-noise: each block adds this fraction of the calls made so far (at least one call).
 SURE_GROWTH = 0.25
-#: Per-sample lists of a pass's metric, thinned with ``measure.time``.
-PER_SAMPLE = ("measure.host_time", "measure.cpu_time", "measure.wall_time", "measure.sm_clock",
-              "measure.throttled")
 
 
 def relative_half_width(times: List[float]) -> float:
@@ -48,35 +50,51 @@ def relative_half_width(times: List[float]) -> float:
     return max(median - low, high - median) / median if median > 0 else math.inf
 
 
-class PassMeasurer:
-    """Times passes with the run's options on its device, each phase in a profiler range."""
+class _NoRanges:
+    """No profiler ranges (a measurement nobody profiles)."""
 
-    def __init__(self, options, device, annotator, watch=None):
-        self.options = options
+    @staticmethod
+    def range(name: str):
+        return contextlib.nullcontext()
+
+
+class Measurer:
+    """Measures callables with one protocol on one device, each phase in a profiler range."""
+
+    def __init__(self, protocol: Protocol, device, annotator=None, watch=None,
+                 num_threads: Optional[int] = 1):
+        """``device``: its ``clock`` times, its memory statistics give ``peak_bytes``;
+        ``annotator``: profiler ranges around each phase (``measure.ranges``); ``watch``: on
+        CUDA, the GPU clocks per sample (``measure.gpu_clocks``), or None; ``num_threads``:
+        the intra-op threads (one: the host loop also reads the thread's CPU time; None: it
+        never does)."""
+        self.protocol = protocol
         self.device = device
-        self.annotator = annotator
-        self.watch = watch  # CUDA: the GPU clocks per sample (measure.gpu_clocks), or None
-        self.pair_cpu = reads_thread_cpu(device.clock, options.num_threads)
+        self.annotator = annotator if annotator is not None else _NoRanges()
+        self.watch = watch
+        self.pair_cpu = reads_thread_cpu(device.clock, num_threads)
 
-    def measure(self, run: PlannedRun, pass_name: str, fn: Callable[[], Any],
-                prepare: Optional[Callable[[], Any]]) -> PassResult:
-        """Warm-up then measurement of one pass."""
-        options, device, mode = self.options, self.device, self.options.exec_mode
-        result = PassResult(pass_name, [], [])
+    def measure(self, fn: Callable[[], Any], prepare: Optional[Callable[[], Any]] = None,
+                name: str = "forward", label: Tuple[str, str] = ("", "")) -> PassResult:
+        """Warm-up then measurement of ``fn`` (``prepare`` runs untimed before each discrete
+        call, once before each continuous block): the measurement named ``name`` (a pass:
+        ``forward``, ``backward``, ``step``); ``label`` (op, run id) names its ranges."""
+        options, device, mode = self.protocol, self.device, self.protocol.exec_mode
+        result = PassResult(name, [], [])
         measured = fn
         if options.nvtx_iterations:  # the profiler child: one NVTX range per measured call
-            measured = iteration_ranges(fn, iteration_range_name(run.op_name, run.id, pass_name))
+            measured = iteration_ranges(fn, iteration_range_name(label[0], label[1], name))
         grown: List[int] = []
         for phase, count in (("warmup", options.warmup), ("measure", options.iteration)):
             host: List[float] = []
             cpu: Optional[List[float]] = [] if self.pair_cpu and phase == "measure" else None
-            with self.annotator.range(phase_range_name(run.op_name, run.id, phase, pass_name)):
+            with self.annotator.range(phase_range_name(label[0], label[1], phase, name)):
                 device.reset_peak_memory()
                 switches = involuntary_switches()
                 times = time_calls(measured if phase == "measure" else fn, count, device.clock,
                                    mode, prepare, host, cpu_out=cpu)
                 calls = count
-                if phase == "measure" and (options.max_noise or options.min_time > 0):
+                if phase == "measure" and options.extends:
                     calls, result.facts["stop_reason"] = self._extend(
                         measured, prepare, times, host, cpu, calls)
                 elif phase == "warmup" and options.warmup_time > 0:
@@ -107,24 +125,24 @@ class PassMeasurer:
             result.facts["involuntary_switches"] = after - switches
         if cpu is None or len(cpu) != len(times):
             return times
-        result.facts.update(judge(times, cpu, self.options.discard_disturbed, (host,)))
-        times, other_name, other = pick_times(self.options.timer, times, cpu)
+        result.facts.update(judge(times, cpu, self.protocol.discard_disturbed, (host,)))
+        times, other_name, other = pick_times(self.protocol.timer, times, cpu)
         if other_name is not None:
             result.extra[other_name] = other
         return times
 
     def _extend(self, fn, prepare, times: List[float], host: List[float],
                 cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
-        if self.options.max_noise:
+        if self.protocol.max_noise:
             return self._until_sure(fn, prepare, times, host, cpu, calls)
         calls = self._extend_to_min_time(fn, prepare, times, host, cpu, calls)
-        return calls, "max_iteration" if calls >= self.options.max_iteration else "min_time"
+        return calls, "max_iteration" if calls >= self.protocol.max_iteration else "min_time"
 
     def _warm_for_time(self, fn, prepare, times: List[float], count: int,
                        result: PassResult) -> None:
         """``--warmup-time``: after the ``-w`` calls, warm until that many seconds of calls have
         run (with ``--min-time``, also until the per-block median settles)."""
-        options = self.options
+        options = self.protocol
         warm = warm_up(fn, options.warmup_time, self.device.clock, options.exec_mode, prepare,
                        settle=options.min_time > 0,
                        spent_before_ms=spent_ms(times, count, options.exec_mode))
@@ -134,22 +152,23 @@ class PassMeasurer:
 
     def _until_sure(self, fn, prepare, times: List[float], host: List[float],
                     cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
-        """``--max-noise``: blocks of a quarter more calls until the median's interval is within
-        ±PCT (and ``--min-time`` is spent), or ``--max-time``/``--max-iteration`` is reached."""
-        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        """``max_noise``: blocks of a quarter more calls until the median's interval is within
+        ±PCT (at least ``min_samples`` values and ``min_time`` spent), or ``max_time`` (once
+        ``min_samples`` values are in) or ``max_iteration`` is reached."""
+        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
         target, min_ms, max_ms = options.max_noise / 100, options.min_time * 1e3, \
             options.max_time * 1e3
         spent = spent_ms(times, calls, mode)
         while True:
-            if spent >= min_ms and len(times) >= MIN_SURE_N \
+            if spent >= min_ms and len(times) >= options.min_samples \
                     and relative_half_width(times) <= target:
                 return calls, "noise"
             if calls >= options.max_iteration:
                 return calls, "max_iteration"
-            if spent >= max_ms:
-                return calls, "max_time"
+            if spent >= max_ms and len(times) >= options.min_samples:
+                return calls, "max_time"  # the cap: never below the least samples
             per_call = spent / calls if calls else 0.0
-            block = max(1, int(calls * SURE_GROWTH), MIN_SURE_N - len(times))
+            block = max(1, int(calls * SURE_GROWTH), options.min_samples - len(times))
             if per_call > 0:  # not far past --max-time
                 block = min(block, max(1, math.ceil((max_ms - spent) / per_call)))
             block = min(block, options.max_iteration - calls)
@@ -162,7 +181,7 @@ class PassMeasurer:
                             cpu: Optional[List[float]], calls: int) -> int:
         """Adaptive iterations: keep measuring, in doubling blocks, until the measured time
         reaches ``--min-time`` or the calls reach ``--max-iteration``."""
-        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
         target_ms = options.min_time * 1e3
         spent = spent_ms(times, calls, mode)
         if mode is ExecMode.CONTINUOUS and spent < target_ms:
@@ -181,7 +200,7 @@ class PassMeasurer:
         (like torch.utils.benchmark's block-size estimation); then one back-to-back loop long
         enough for ``--min-time`` (topped up if the estimate fell short), stamped in blocks of
         about ``CONTINUOUS_BLOCK_MS``, replaces them: every value a mean of as many calls."""
-        options, clock, mode = self.options, self.device.clock, self.options.exec_mode
+        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
         target_ms = options.min_time * 1e3
         blocks = max(CONTINUOUS_BLOCKS, min(MAX_CONTINUOUS_BLOCKS,
                                             int(target_ms / CONTINUOUS_BLOCK_MS)))

@@ -1,0 +1,245 @@
+"""The step replay as a planned run: its step file checked, its run, and its measurement.
+
+``run_benchmark -c SPEC --replay-step`` (or ``--step FILE``) adds one run to the plan, after the
+spec's own: ``step_replay|0|0|0``, whose callable is the whole captured step (``step_replay``).
+The session reads and checks the step file against the spec before anything runs (a bad one is
+invalid input, exit 2: ``load_step``); the engine schedules the run like any other (resume,
+shards, ``--repetitions``, ``--isolate``, the canary), and the executor measures it with the
+run's one ``Measurer`` and protocol (``measure_step``): its record carries the same ``stats``,
+stop reason, disturbance marks and verdicts as any run's, under the pass name ``step``, and
+the replay's own details under ``step`` (``kind: "step"`` in the results file).
+
+The measurement: one checked pass (``StepReplay.checked_pass``); a step in which no call ran
+is refused. Where host gaps are kept, the replay's own host step is measured first and the
+original's gaps fitted to it. Then the protocol: warm-up, and whole steps timed with nothing
+per call; in discrete mode each timed step is preceded, untimed, by a step with a clock around
+every call (the ``prepare`` of the measurement), so the two kinds alternate and drift affects
+both alike; in continuous mode those call-timed steps follow the timed ones. On the host a few
+untimed steps then count each call's minor page faults. Each config's in-step time is the
+median over the call-timed steps of its mean time per call.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from param_compute.errors import Problem
+from param_compute.measure.protocol import Protocol
+from param_compute.measure.timing import ExecMode
+from param_compute.plan.runplan import PlannedRun, plan_runs
+from param_compute.results.stats import median
+from param_compute.spec.step_file import StepFileError, read_step_file, step_path
+
+log = logging.getLogger("param_compute")
+
+#: The step replay's run: its operator name and id (its key: ``step_replay|0|0|0``).
+STEP_OP = "step_replay"
+STEP_ID = "0|0|0"
+#: Untimed steps whose calls' page faults are counted (host only).
+FAULT_PASSES = 3
+#: Steps timing the replay's own host step before host gaps are fitted (``--host-gaps``).
+GAP_FIT_STEPS = 3
+#: Host gaps adding this many seconds to the timed steps in all are announced first.
+LONG_WAITS_S = 10.0
+#: Call-timed steps kept for the in-step times (the latest; each holds a time per call).
+MAX_CALL_PASSES = 200
+#: Call-timed steps after a continuous measurement: at least this many.
+MIN_CALL_PASSES = 5
+
+
+class StepNotRun(Exception):
+    """A step replay that cannot be measured (no call of it ran); the message says why."""
+
+
+def find_step_file(spec_path: Optional[Path], step_file: Optional[Path]) -> Path:
+    if spec_path is None and step_file is None:
+        raise StepFileError("--replay-step", [Problem((), "a spec given as a dict has no "
+                                                      "step file beside it: name one with "
+                                                      "--step FILE (step_file=)")])
+    path = Path(step_file) if step_file is not None else step_path(Path(spec_path))
+    if not path.exists():
+        raise StepFileError(str(path), [Problem((), "no step file: capture writes it beside "
+                                                "the spec (NAME.step.json); name another "
+                                                "with --step FILE")])
+    return path
+
+
+def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str):
+    """run key -> ``PlannedRun`` for every run the step names; every key must be in the spec."""
+    wanted = {entry["run"] for entry in step["calls"]}
+    runs = {}
+    for run in plan_runs(spec, iterators, device):
+        if run.key in wanted:
+            runs[run.key] = run
+    problems = [Problem(("calls", index, "run"), f"{entry['run']!r} is no run of the spec")
+                for index, entry in enumerate(step["calls"]) if entry["run"] not in runs]
+    if problems:
+        raise StepFileError(source, problems[:20])
+    return runs
+
+
+def load_step(spec_path: Optional[Path], step_file: Optional[str], spec, iterators,
+              device: str) -> Tuple[Path, Dict[str, Any], Dict[str, PlannedRun]]:
+    """The step file found, read and checked against the spec: (its path, its content, the
+    planned run of every key it names). ``StepFileError`` (invalid input) names the file and
+    entry."""
+    path = find_step_file(spec_path, Path(step_file) if step_file is not None else None)
+    step = read_step_file(path)
+    return path, step, planned_runs(step, spec, iterators, device, str(path))
+
+
+def step_run(path: Path, step: Dict[str, Any]) -> PlannedRun:
+    """The step replay's planned run: its callable is the step in ``path``."""
+    config_index, build_id, input_id = STEP_ID.split("|")
+    return PlannedRun(STEP_OP, -1, int(config_index), build_id, None, input_id,
+                      {"step_file": str(path), "calls": len(step["calls"])}, step=str(path))
+
+
+def is_step(run: PlannedRun) -> bool:
+    return run.step is not None
+
+
+# -- the measurement -------------------------------------------------------------------------
+
+def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
+    """(the step's measurement, the replay's details): see the module's doc."""
+    replay.checked_pass()
+    if all(call.failed is not None for call in replay.calls):
+        first = next((c.failed for c in replay.calls if c.failed), "no calls")
+        raise StepNotRun(f"no call of the step ran ({len(replay.calls)} calls; the first "
+                         f"failure: {first})")
+    protocol: Protocol = measurer.protocol
+    if replay.wants_gaps:  # the replay's own host step, then the original's gaps fitted to it
+        replay.fit_host_gaps(host_step_us(replay, measurer.device))
+        if replay.scheduled:
+            _say_long_waits(replay.gap_fit, protocol)
+    passes: collections.deque = collections.deque(maxlen=MAX_CALL_PASSES)
+
+    def call_timed() -> None:  # untimed by the step's clock: a clock around every call
+        times = [0] * len(replay.calls)
+        replay.run_step_timed(times)
+        passes.append(times)
+
+    discrete = protocol.exec_mode is ExecMode.DISCRETE
+    result = measurer.measure(replay.step_callable(), call_timed if discrete else None,
+                              "step", label)
+    measured = result.iterations or 0
+    if discrete:  # the call-timed steps of the measured phase: the last ones
+        kept = list(passes)[-max(1, min(measured, len(passes))):] if passes else []
+    else:
+        for _ in range(max(MIN_CALL_PASSES, min(measured, MAX_CALL_PASSES))):
+            call_timed()
+        kept = list(passes)
+    return result, details(replay, kept, protocol)
+
+
+def host_step_us(replay, device) -> float:
+    """The replay's own host step without host gaps, µs: the median of ``GAP_FIT_STEPS``
+    steps measured by the one ``Measurer`` on the host's clock (to the last call's return:
+    on a device, its launches), the device drained before each."""
+    from param_compute.measure.devices import Device
+    from param_compute.measure.measurer import Measurer
+    from param_compute.measure.timing import HostClock
+
+    result = Measurer(Protocol(warmup=0, iteration=GAP_FIT_STEPS), Device("host", HostClock()),
+                      num_threads=None).measure(replay.run_step, replay.clock.synchronize,
+                                                "host_step")
+    replay.clock.synchronize()
+    return result.stats()["median"] * 1e3
+
+
+def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, Any]:
+    """What the step record says besides its times: the replay's dataflow and failures, each
+    config's in-step time per call (and page faults), the host gaps kept."""
+    host = getattr(replay.clock, "name", "") == "host"
+    per_config: Dict[str, List[int]] = {}
+    for index, call in enumerate(replay.calls):
+        if call.failed is None:
+            per_config.setdefault(call.run_key, []).append(index)
+    # Page faults per call, on the host: untimed passes after the timed ones (the counter's
+    # system calls would otherwise sit between the timed calls).
+    faults = replay.count_faults(FAULT_PASSES) if host else None
+    originals = [entry.get("faults") for entry in replay.step["calls"]]
+    configs = {}
+    for key, indices in per_config.items():
+        per_pass = [sum(times[i] for i in indices) / len(indices) / 1e3 for times in passes]
+        configs[key] = {"in_step_us": round(median(per_pass), 3) if per_pass else None,
+                        "calls": len(indices)}
+        if faults is not None:
+            configs[key]["faults"] = round(sum(faults[i] for i in indices) / len(indices), 1)
+        known = [originals[i] for i in indices if originals[i] is not None]
+        if len(known) == len(indices):
+            configs[key]["original_faults"] = round(sum(known) / len(known), 1)
+    failed = [{"call": i, "run": c.run_key, "error": c.failed}
+              for i, c in enumerate(replay.calls) if c.failed is not None]
+    out = {"calls": len(replay.calls), "replayed_calls": len(replay.calls) - len(failed),
+           "held_outputs": replay.held, "held_past_step": len(replay.carried),
+           "externals": len(replay.externals),
+           "fed_inputs": sum(len(c.fills) for c in replay.calls),
+           "dataflow_mismatches": replay.mismatch_count, "mismatch_examples": replay.mismatches,
+           "failed_calls": len(failed), "failures": failed[:20],
+           "call_timed_steps": len(passes),
+           "per_call_clock": "host perf_counter_ns around each call" if host
+           else f"{getattr(replay.clock, 'name', 'device')} stamps around each call, a spin "
+                "kernel before each (launch cover)",
+           "per_call_sum_ms": [round(sum(times) / 1e6, 4) for times in passes],
+           "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
+                             "steps" if host else None,
+           "host_gaps": host_gaps(replay, protocol), "configs": configs}
+    for key in ("real_step_us", "original"):
+        if replay.step.get(key) is not None:
+            out[key] = replay.step[key]
+    return out
+
+
+def _say_long_waits(fit: Dict[str, Any], protocol: Protocol) -> None:
+    """Warn before the timed steps when the host gaps kept make them long (a step file may ask
+    for up to 10 minutes a step): how long, and how to replay without them."""
+    added_s = fit["added_us"] / 1e6
+    steps = max(1, protocol.warmup + protocol.iteration)
+    if added_s * steps >= LONG_WAITS_S:
+        log.warning("step replay: keeping the original's host gaps waits %.1f s in each "
+                    "timed step (its host step %.1f s, the replay's %.3f ms), at least %.0f s "
+                    "for the %d steps the protocol starts with; --host-gaps off replays back "
+                    "to back", added_s, fit["real_host_us"] / 1e6, fit["replay_host_us"] / 1e3,
+                    added_s * steps, steps)
+
+
+def host_gaps(replay, protocol: Any = None) -> Dict[str, Any]:
+    """What the timed steps did about the original's host time between calls."""
+    end = replay.step.get("real_host_us")
+    if replay.scheduled:
+        return {"kept": True, **replay.gap_fit,
+                "how": "the original's host step less the replay's own, spread over the "
+                       "gaps as captured (gap_us), waited before each call in the timed "
+                       "steps"}
+    host = getattr(replay.clock, "name", "") == "host"
+    mode = replay.options.host_gaps
+    why = ("the step file has no host gaps (capture --run writes them, and --from-et with a "
+           "Kineto trace's step window)" if end is None
+           else "--host-gaps off" if mode == "off"
+           else (replay.gap_fit or {}).get("why", "not fitted") if replay.wants_gaps
+           else "on the host the time between calls is the framework's own work: "
+                "--host-gaps on to keep it" if host
+           else "the trace's host step is a profiled one (an upper bound: the profiler's "
+                "cost between calls is in it): --host-gaps on to keep it anyway")
+    return {"kept": False, **(replay.gap_fit or {"real_host_us": end}), "why": why}
+
+
+def verify_step(details: Dict[str, Any]) -> Dict[str, Any]:
+    """``--verify`` of a step replay: every call ran, and every input an earlier call fed had
+    the shape and dtype the call was captured with (no generated stand-in); else ``FAIL``."""
+    failed, mismatched = details["failed_calls"], details["dataflow_mismatches"]
+    verdict: Dict[str, Any] = {
+        "status": "PASS" if not failed and not mismatched else "FAIL",
+        "check": "every call of the step replayed, each fed input of its captured shape and "
+                 "dtype", "failed_calls": failed, "dataflow_mismatches": mismatched}
+    if verdict["status"] == "FAIL":
+        verdict["why"] = "; ".join(
+            part for part in (f"{failed} call(s) failed" if failed else "",
+                              f"{mismatched} fed input(s) replaced by generated data"
+                              if mismatched else "") if part)
+    return verdict
