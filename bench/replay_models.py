@@ -18,10 +18,13 @@ first time (``capture --run`` in library form: the real step timed unprofiled, e
 in place, then captured with its dataflow) and timing its real step unprofiled (median of
 ``--real-steps``) and each op in place with its page faults; then ``run_benchmark -c SPEC
 --replay-step --num-threads 1`` in a fresh process and ``workload_totals --json`` on its
-results]: real steps and replays interleaved, each side sampled over as many processes. Targets (median over repetitions): the in-step replay within
-``--step-tolerance`` (10%) of the real step; per op above 2% of the step, the in-step time
-within ``--op-tolerance`` (25%) of the original (each op timed in place in the real step).
-Exit status 1 on a miss (the table says which).
+results]: real steps and replays interleaved, each side sampled over as many processes. The
+replay measures with the default protocol (at least 5 steps, by time and noise) unless
+``-w``/``-i`` give PARAM's counts. Targets (median over repetitions): the in-step replay within
+``--step-tolerance`` (10%) of the real step; the replayed step of each repetition within
+``--replay-spread`` (5%) of their median (one replay to the next); per op above 2% of the
+step, the in-step time within ``--op-tolerance`` (25%) of the original (each op timed in place
+in the real step). Exit status 1 on a miss (the table says which).
 
     python bench/replay_models.py [--models resnet18,gpt2,lstm,dlrm] [--reps 3] [--quick]
                                   [--device cuda] [--batch-scale 8] [--malloc recycle]
@@ -223,8 +226,11 @@ def _child(args: List[str]) -> subprocess.CompletedProcess:
 
 
 def replay_once(spec: Path, results: Path, options, host_gaps: str) -> Dict[str, Any]:
+    counts = [] if options.warmup is None and options.iters is None else [
+        "-w", str(2 if options.warmup is None else options.warmup),
+        "-i", str(5 if options.iters is None else options.iters)]  # else: the default protocol
     run = _child(["param_compute.run_benchmark", "-c", str(spec), "--replay-step",
-                  "--num-threads", "1", "-w", str(options.warmup), "-i", str(options.iters),
+                  "--num-threads", "1", *counts,
                   "-d", options.device, "--output", str(results), "--no-progress",
                   "--no-throughput", "--max-memory", "none", "--host-gaps", host_gaps])
     if run.returncode not in (0, 1) or not results.exists():
@@ -349,13 +355,16 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
         if ratio is None or abs(ratio - 1) > options.op_tolerance:
             misses.append(row)
     ratio = _median(ratios)
+    steps = [ledger["in_step_ms"] for _, ledger in reps if ledger["in_step_ms"]]
+    spread = max(abs(v / in_step - 1) for v in steps) if steps and in_step else None
     off = [l["gaps_off_ms"] / r for r, l in reps if l.get("gaps_off_ms")]
     in_place = _median([sum(l["in_place"].values()) for _, l in reps])
     return {"name": result["name"], "real": real, "in_step": in_step, "ratio": ratio,
             "in_place": in_place,
             "ratios": ratios, "off_ratios": off, "isolated": _median([l["isolated_ms"] for _, l in reps]),
             "original": ledger["original_ms"], "covered": ledger["covered_fraction"],
-            "checked": checked, "misses": misses,
+            "checked": checked, "misses": misses, "spread": spread,
+            "spread_ok": spread is not None and spread <= options.replay_spread,
             "step_ok": ratio is not None and abs(ratio - 1) <= options.step_tolerance,
             "ledger": ledger}
 
@@ -366,16 +375,19 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
 
     both = options.host_gaps == "both"
     print("\n| model | real step (ms) | ops timed in place (ms) | in-step replay (ms) | "
-          "in-step / real (reps) | " + ("host gaps off: in-step / real | " if both else "")
+          "in-step / real (reps) | replays ± | "
+          + ("host gaps off: in-step / real | " if both else "")
           + "isolated Σ median×count (ms) | original op time at capture "
           f"(ms) | covered | ops >2% within ±{int(100 * options.op_tolerance)}% |")
-    print("| --- " * (10 if both else 9) + "|")
+    print("| --- " * (11 if both else 10) + "|")
     for v in verdicts:
         reps = ", ".join(f"{r:.2f}" for r in v["ratios"])
         off = (f"{fmt(_median(v['off_ratios']))} ("
                + ", ".join(f"{r:.2f}" for r in v["off_ratios"]) + ") | ") if both else ""
         print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_place'])} | {fmt(v['in_step'])} | "
-              f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | {off}"
+              f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | "
+              f"{fmt(100 * v['spread'] if v['spread'] is not None else None, '.1f')}%"
+              f"{'' if v['spread_ok'] else ' MISS'} | {off}"
               f"{fmt(v['isolated'])} | {fmt(v['original'])} | "
               f"{fmt(100 * v['covered'] if v['covered'] is not None else None, '.1f')}% | "
               f"{len(v['checked']) - len(v['misses'])} of {len(v['checked'])} |")
@@ -401,8 +413,10 @@ def main() -> int:
     parser.add_argument("--models", default="resnet18,gpt2,lstm,dlrm")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--real-steps", type=int, default=5)
-    parser.add_argument("-w", "--warmup", type=int, default=2)
-    parser.add_argument("-i", "--iters", type=int, default=5)
+    parser.add_argument("-w", "--warmup", type=int, default=None,
+                        help="the replay's -w (with -i: PARAM's counts; neither: the default "
+                             "protocol, by time and noise)")
+    parser.add_argument("-i", "--iters", type=int, default=None, help="the replay's -i")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--malloc", choices=("default", "recycle"), default="default",
@@ -419,6 +433,9 @@ def main() -> int:
                              "replay each capture with them off too, in a column beside")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
+    parser.add_argument("--replay-spread", type=float, default=0.05,
+                        help="the replayed step's largest distance from its median over the "
+                             "repetitions (each a fresh process replaying the same capture)")
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child timing one real step
     parser.add_argument("--rep", type=int, default=0, help=argparse.SUPPRESS)
@@ -439,7 +456,8 @@ def main() -> int:
             print(f"{name}: capturing and replaying", flush=True)
             verdicts.append(judge(measure_model(name, options, workdir), options))
     print_tables(verdicts, options)
-    missed = [v["name"] for v in verdicts if not v["step_ok"] or v["misses"]]
+    missed = [v["name"] for v in verdicts
+              if not v["step_ok"] or not v["spread_ok"] or v["misses"]]
     print(f"\n{torch.__version__}, device {options.device}, 1 thread, allocator "
           f"{'glibc defaults' if options.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}; "
           + (f"MISSED: {', '.join(missed)}" if missed else "all targets met"))

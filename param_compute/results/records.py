@@ -276,7 +276,8 @@ class RunRecord:
         before measuring anything has the forward pass's keys with empty lists."""
         if self.status == STATUS_DRY_RUN:
             return {}
-        return {"forward": PassResult("forward", [], []).metric()}
+        name = "step" if self.step is not None else "forward"  # the pass it would have had
+        return {name: PassResult(name, [], []).metric()}
 
 
 #: PARAM's string forms of its pass and execution-mode enums, as its results header writes them.

@@ -210,7 +210,7 @@ class Executor:
                 del replay
         except _PhaseError as failure:
             record = self._failed(run, failure, passes)
-            record.step = details
+            record.step = details if details is not None else {}  # still the step's line
             return record
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes, verify=verdict,
                          step=details)

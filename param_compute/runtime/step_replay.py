@@ -226,6 +226,7 @@ class StepReplay:
         wrong shape or dtype, or one a failed call did not produce, is replaced for good by a
         generated tensor of the captured spec."""
         values = self.values
+        failing: Dict[str, int] = {}  # run key -> its calls that failed in this pass
         for index, call in enumerate(self.calls):
             if call.failed is None:
                 for fill in list(call.fills):
@@ -251,14 +252,21 @@ class StepReplay:
                     del result
                 except Exception as exc:
                     call.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-                    log.warning("step replay: calls[%d] %s failed: %s", index, call.run_key,
-                                call.failed)
+                    failing[call.run_key] = failing.get(call.run_key, 0) + 1
+                    if failing[call.run_key] == 1:  # once per config, however many calls
+                        log.warning("step replay: calls[%d] %s failed: %s", index,
+                                    call.run_key, call.failed)
             for slot in call.frees:
                 values[slot] = None
             for container, key, *_ in call.fills:
                 container[key] = None
         self._plan = None  # calls may have failed, fills been replaced: built again
         self.device.clock.synchronize()
+        repeated = {key: count for key, count in failing.items() if count > 1}
+        if repeated:
+            log.warning("step replay: %d more failed calls of the same %d config(s) not "
+                        "shown (the step record's failures lists the first 20)",
+                        sum(repeated.values()) - len(repeated), len(repeated))
 
     def _generated(self, run_key: str, path) -> Any:
         spec = tensor_spec(self._runs[run_key].input, path)
