@@ -101,3 +101,46 @@ def test_check_selection_counts_and_names_the_empty_part():
     with pytest.raises(FilterError, match=r"^-k 16x16 selects no run of the spec$"):
         check_selection(RunFilter(only=("torch.add",), keywords=("16x16",)), runs)
     assert not RunFilter() and RunFilter(input_ids=("0",))
+
+
+def test_k_is_an_expression_and_several_k_flags_are_an_and(tmp_path):
+    mm = [("torch.mm", f"0|0|0_{i}") for i in range(8)]
+    selected, _ = _dry(tmp_path, SWEEP, "-k", "torch.mm and not 256x128")
+    assert selected == [run for run in mm if run[1][-1] not in "13567"]
+    selected, _ = _dry(tmp_path, SWEEP, "-k", "bf16 or (*dim=1* and f32)")
+    assert selected == [("torch.nn.functional.softmax", f"0|0|0_{i}") for i in (1, 2, 3)]
+    # the old form: several -k, each one term, all must match -- the same as an 'and' of them
+    several, _ = _dry(tmp_path, SWEEP, "-k", "*dim=1*", "-k", "f32")
+    assert several == _dry(tmp_path, SWEEP, "-k", "*dim=1* and f32")[0]
+    # without and/or/not, a label copied from the table is one term, spaces included
+    selected, _ = _dry(tmp_path, SWEEP, "-k", "dim=1 bf16")
+    assert selected == [("torch.nn.functional.softmax", "0|0|0_3")]
+
+
+@pytest.mark.parametrize("expression, why", [("mm and", "ends too early"),
+                                             ("(mm or add", "a '(' is never closed"),
+                                             ("mm or or add", "unexpected 'or'")])
+def test_an_unreadable_k_expression_is_refused_before_anything_runs(tmp_path, expression, why):
+    out = tmp_path / "r.json"
+    result = run_cli("-c", SWEEP, "--output", out, "-k", expression)
+    assert result.returncode == 2
+    assert f"error: -k {expression!r}: {why}" in result.stderr
+    assert not out.exists()
+
+
+def test_k_selects_the_same_runs_in_run_and_in_history(tmp_path):
+    results, db = tmp_path / "all.json", tmp_path / "h.db"
+    done = run_cli("-c", SWEEP, "-w", "0", "-i", "1", "--no-throughput", "--output", results)
+    assert done.returncode == 0, done.stderr
+    added = run_cli("add", results, "--label", "v1", "--db", db,
+                    module="param_compute.cli.history")
+    assert added.returncode == 0, added.stderr
+    for expression in ("torch.mm and not 256x128", "bf16 or (*dim=1* and f32)", "*0_3",
+                       "softmax and not (bf16 or dim=0)"):
+        selected, _ = _dry(tmp_path, SWEEP, "-k", expression)
+        shown = run_cli("show", "-k", expression, "--db", db,
+                        module="param_compute.cli.history")
+        assert shown.returncode == 0, shown.stderr
+        keys = [line.split()[0] for line in shown.stdout.splitlines()
+                if line and not line.startswith(" ")]
+        assert keys == [f"{op}|{run_id}" for op, run_id in selected], expression

@@ -241,9 +241,13 @@ def test_keyword_expressions_and_sparklines():
     assert match("torch.mm|0|0|0 (64×64 f32) [forward]")
     assert not match("torch.mm|0|0|0 (64×64 bf16) [forward]")
     assert not match("torch.add|0|0|0 [forward]")
-    for bad, why in (("(mm", "never closed"), ("mm and", "ends too early"), ("or x", "'or'")):
+    for bad, why in (("(mm or add", "never closed"), ("mm and", "ends too early"),
+                     ("or x", "'or'")):
         with pytest.raises(HistoryError, match=why):
             keyword_matcher(bad)
+    # without and/or/not, text that is no expression is one term (a label copied from a table)
+    assert keyword_matcher("(64×64 f32")("torch.mm|0|0|0 (64×64 f32) [forward]")
+    assert not keyword_matcher("(64×64 f32")("torch.mm|0|0|0 (64×64 bf16) [forward]")
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
     assert sparkline([2, 2]) == "▁▁"
 

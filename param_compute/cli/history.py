@@ -25,8 +25,10 @@ def _parser() -> argparse.ArgumentParser:
                              "postgresql://USER@HOST/NAME URL (needs psycopg)")
     chosen = argparse.ArgumentParser(add_help=False)
     chosen.add_argument("--only", metavar="GLOB", help="series whose op or run key matches")
-    chosen.add_argument("-k", dest="keyword", metavar="EXPR",
-                        help="series whose name holds these words (and, or, not, parentheses)")
+    chosen.add_argument("-k", dest="keyword", metavar="EXPR", action="append",
+                        help="series whose op, run key, config or name match EXPR: globs or "
+                             "words joined by and, or, not, parentheses, as run -k "
+                             "(repeatable: all must match)")
     chosen.add_argument("--machine", metavar="GLOB", help="series of the machines matching")
     chosen.add_argument("--mix-machines", action="store_true",
                         help="one series per op, config and pass across machines (never by "

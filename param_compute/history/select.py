@@ -1,131 +1,63 @@
 """Which series a command looks at: ``--only GLOB`` and ``-k EXPR`` (and ``--machine GLOB``).
 
 ``--only GLOB`` matches the op name or the run key (``torch.mm*``, ``torch.add|0|*``).
-``-k EXPR`` is a keyword expression as pytest's: words joined by ``and``, ``or``, ``not`` and
-parentheses, each word true when it is a substring of the series' name (case-insensitive;
-the name holds machine, op, run key, config and pass). An expression is parsed here, never
-evaluated as Python.
+``-k EXPR`` is the language ``run -k`` speaks (``plan.keywords``): terms joined by ``and``,
+``or``, ``not`` and parentheses, each a glob or a substring of the series' op, run id, run key,
+config or whole name (which holds machine and pass too), ignoring case; several ``-k`` must all
+match.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
-from typing import Callable, List, Optional
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 from param_compute.history.backends import HistoryError
-
-_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
-#: Most words and operators in one expression, and most ``(``/``not`` nested (the matcher is
-#: parsed and evaluated by recursion: bounded, a hostile expression is a message).
-MAX_TOKENS = 256
-MAX_DEPTH = 32
-Matcher = Callable[[str], bool]
+from param_compute.plan import keywords
+from param_compute.plan.keywords import Matcher
 
 
-def _tokens(expression: str) -> List[str]:
-    tokens, position = [], 0
-    expression = expression.rstrip()
-    while position < len(expression):
-        found = _TOKEN.match(expression, position)
-        if not found:
-            break
-        tokens.append(found.group(1))
-        position = found.end()
-    return tokens
+def keyword_matcher(expression: str) -> Callable[[str], bool]:
+    """A test of one series name for ``-k EXPR`` (``plan.keywords``' language);
+    :class:`HistoryError` says what is wrong."""
+    match = _compiled(expression)
+    return lambda name: match((name.lower(),))
 
 
-def keyword_matcher(expression: str) -> Matcher:
-    """A test of a series name for ``-k EXPR``; :class:`HistoryError` says what is wrong."""
-    tokens = _tokens(expression)
-    if not tokens:
-        raise HistoryError("-k: an empty expression")
-    position, depth = 0, 0
+def _compiled(expression: str) -> Matcher:
+    try:
+        return keywords.keyword_matcher(expression)
+    except keywords.KeywordError as exc:
+        raise HistoryError(str(exc)) from None
 
-    def fail(what: str):
-        shown = expression if len(expression) <= 60 else expression[:57] + "..."
-        raise HistoryError(f"-k {shown!r}: {what}")
 
-    def peek() -> Optional[str]:
-        return tokens[position] if position < len(tokens) else None
-
-    def take() -> str:
-        nonlocal position
-        token = tokens[position]
-        position += 1
-        return token
-
-    def either() -> Matcher:
-        left = both()
-        while peek() == "or":
-            take()
-            right, first = both(), left
-            left = lambda name, a=first, b=right: a(name) or b(name)  # noqa: E731
-        return left
-
-    def both() -> Matcher:
-        left = negated()
-        while peek() == "and":
-            take()
-            right, first = negated(), left
-            left = lambda name, a=first, b=right: a(name) and b(name)  # noqa: E731
-        return left
-
-    def nested(parse: Callable[[], Matcher]) -> Matcher:
-        nonlocal depth
-        depth += 1
-        if depth > MAX_DEPTH:
-            fail(f"nested deeper than {MAX_DEPTH} ('(' and 'not')")
-        inner = parse()
-        depth -= 1
-        return inner
-
-    def negated() -> Matcher:
-        if peek() == "not":
-            take()
-            inner = nested(negated)
-            return lambda name: not inner(name)
-        return atom()
-
-    def atom() -> Matcher:
-        token = peek()
-        if token is None:
-            fail("ends too early")
-        if token == "(":
-            take()
-            inner = nested(either)
-            if peek() != ")":
-                fail("a '(' is never closed")
-            take()
-            return inner
-        if token in (")", "and", "or"):
-            fail(f"unexpected {token!r}")
-        word = take().lower()
-        return lambda name: word in name.lower()
-
-    if len(tokens) > MAX_TOKENS:
-        fail(f"more than {MAX_TOKENS} words, operators and parentheses")
-    matcher = either()
-    if position != len(tokens):
-        fail(f"unexpected {tokens[position]!r}")
-    return matcher
+def series_texts(op: str, run_key: str, name: str, config: str = "") -> Tuple[str, ...]:
+    """What ``-k`` is matched against, lower-cased: as a planned run's (op, id, key, config
+    label, with ``x`` for ``×`` too), and the whole name (which adds pass and machine)."""
+    run_id = run_key[len(op) + 1:] if run_key.startswith(op + "|") else ""
+    texts = (op, run_id, run_key, config, config.replace("×", "x"), name)
+    return tuple(text.lower() for text in texts if text)
 
 
 class Selector:
     """The series a command keeps (all of them when given nothing)."""
 
-    def __init__(self, only: Optional[str] = None, keyword: Optional[str] = None,
+    def __init__(self, only: Optional[str] = None,
+                 keyword: Union[str, Sequence[str], None] = None,
                  machine: Optional[str] = None):
         self.only = only
-        self.keyword = keyword_matcher(keyword) if keyword is not None else None
+        expressions = [keyword] if isinstance(keyword, str) else list(keyword or ())
+        matchers = [_compiled(expression) for expression in expressions]  # several: all
+        self.keyword: Optional[Matcher] = (
+            (lambda texts: all(match(texts) for match in matchers)) if matchers else None)
         self.machine = machine
 
     def wants_machine(self, name: str) -> bool:
         return self.machine is None or fnmatch.fnmatchcase(name, self.machine) \
             or self.machine.lower() in name.lower()
 
-    def wants(self, op: str, run_key: str, name: str) -> bool:
+    def wants(self, op: str, run_key: str, name: str, config: str = "") -> bool:
         if self.only is not None and not (fnmatch.fnmatchcase(op, self.only)
                                           or fnmatch.fnmatchcase(run_key, self.only)):
             return False
-        return self.keyword is None or self.keyword(name)
+        return self.keyword is None or self.keyword(series_texts(op, run_key, name, config))

@@ -76,7 +76,8 @@ def iter_series(store: HistoryStore, selector: Optional[Selector] = None,
                 yield current
             current_id, current = info.id, _series(info, machines.get(info.machine_id, "?"))
             wanted = selector.wants_machine(current.machine) and \
-                selector.wants(current.op, current.run_key, current.name)
+                selector.wants(current.op, current.run_key, current.name,
+                                current.config)
         if wanted:
             current.points.append(Point(labels.get(label_id, "?"), median, low, high, n))
     if current is not None and wanted:
@@ -96,7 +97,8 @@ def _mixed(store: HistoryStore, selector: Selector, labels: Dict[int, str],
                 yield current
             key, seen = (info.op, info.config_key, info.pass_name), set()
             current = _series(info, "all machines")
-            if not selector.wants(current.op, current.run_key, current.name):
+            if not selector.wants(current.op, current.run_key, current.name,
+                                current.config):
                 current.points = []
                 current.kind = "skip"
         if current.kind == "skip" or label_id in seen:

@@ -2,10 +2,12 @@
 
 * ``--only GLOB`` (repeatable): the operator's name matches one of the globs
   (``torch.mm``, ``torch.nn.*``, ``aten::*``).
-* ``-k EXPR`` (repeatable; a run must match every one): EXPR is a glob when it holds ``*``, ``?``
-  or ``[``, else a substring; it is matched, ignoring case, against the operator's name, the run
-  id (``0|0|1``), the key (``torch.mm|0|0|1``), the config's label (``64×128·128×128 f32``, with
-  ``x`` for ``×`` too), its shapes (``64x128;128x128``) and its dtypes (``float32``).
+* ``-k EXPR`` (repeatable; a run must match every one): the language of ``plan.keywords``, as
+  pytest's ``-k``: terms joined by ``and``, ``or``, ``not`` and parentheses, each a glob when it
+  holds ``*``, ``?`` or ``[``, else a substring; matched, ignoring case, against the operator's
+  name, the run id (``0|0|1``), the key (``torch.mm|0|0|1``), the config's label
+  (``64×128·128×128 f32``, with ``x`` for ``×`` too), its shapes (``64x128;128x128``) and its
+  dtypes (``float32``). ``history -k`` speaks the same language.
 * ``--input-id ID`` (repeatable): ``ID`` is an input id (``1``, ``0_3``), a run id
   (``0|0|1``) or a run key (``torch.mm|0|0|1``).
 
@@ -15,21 +17,16 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, List, Sequence, Tuple
 
+from param_compute.plan.keywords import KeywordError, Matcher, keyword_matcher
 from param_compute.plan.runkey import SEPARATOR
 from param_compute.plan.summary import config_label, dtypes_summary, shapes_summary
-
-_GLOB = frozenset("*?[")
 
 
 class FilterError(ValueError):
     """A filter that selects no run; the message names it."""
-
-
-def _is_glob(text: str) -> bool:
-    return any(char in _GLOB for char in text)
 
 
 def run_texts(run) -> Tuple[str, ...]:
@@ -41,12 +38,11 @@ def run_texts(run) -> Tuple[str, ...]:
     return tuple(text.lower() for text in texts if text)
 
 
-def keyword_matches(expr: str, texts: Sequence[str]) -> bool:
-    """``expr`` (a glob or a substring, any case) matches one of ``texts`` (lower-cased)."""
-    expr = expr.lower()
-    if _is_glob(expr):
-        return any(fnmatch.fnmatchcase(text, expr) for text in texts)
-    return any(expr in text for text in texts)
+def _matcher(expr: str) -> Matcher:
+    try:
+        return keyword_matcher(expr)
+    except KeywordError as exc:
+        raise FilterError(str(exc)) from None
 
 
 def only_matches(globs: Sequence[str], op_name: str) -> bool:
@@ -69,6 +65,9 @@ class RunFilter:
     only: Tuple[str, ...] = ()
     keywords: Tuple[str, ...] = ()
     input_ids: Tuple[str, ...] = ()
+    #: each of ``keywords`` read once (an unreadable one: :class:`FilterError` on first use)
+    _matchers: List[Matcher] = field(default_factory=list, init=False, repr=False,
+                                     compare=False)
 
     @classmethod
     def from_options(cls, options) -> "RunFilter":
@@ -95,8 +94,10 @@ class RunFilter:
         if self.input_ids and not input_id_matches(self.input_ids, run):
             return False
         if self.keywords:
+            if not self._matchers:
+                self._matchers.extend(_matcher(expr) for expr in self.keywords)
             texts = run_texts(run)
-            return all(keyword_matches(expr, texts) for expr in self.keywords)
+            return all(match(texts) for match in self._matchers)
         return True
 
 
@@ -108,6 +109,8 @@ def check_selection(selection: RunFilter, runs: Iterable) -> int:
                          ("--input-id", selection.input_ids)):
         if any(not value.strip() for value in values):  # -k '' would select every run
             raise FilterError(f"{flag} '': an empty filter; give a value or drop the flag")
+    for expr in selection.keywords:  # an expression that cannot be read, before any run
+        _matcher(expr)
     parts = selection.parts()
     hits = [0] * len(parts)
     selected = 0

@@ -103,7 +103,8 @@ class RunOptions:
     keywords: Tuple[str, ...] = flag(
         "-k", default=(), parse=_texts, action="append", metavar="EXPR",
         help="run only runs whose op, id or config (512x512, bf16) contains EXPR or matches "
-             "it as a glob (repeatable: all must match)")
+             "it as a glob; terms join with and, or, not, parentheses (repeatable: all must "
+             "match)")
     input_ids: Tuple[str, ...] = flag(
         "--input-id", default=(), parse=_texts, action="append", metavar="ID",
         help="run only this input id (1, 0_3), run id (0|0|1) or key (op|0|0|1) (repeatable)")
