@@ -13,6 +13,8 @@ setup(
               + ["param_compute.workloads." + name for name in find_packages("workloads")]),
     package_dir={"param_compute.workloads": "workloads"},
     package_data={"param_compute.spec": ["*.json"]},
+    # one command, param-compute COMMAND; each is also python -m param_compute.X (PARAM's doors)
+    entry_points={"console_scripts": ["param-compute = param_compute.cli.main:main"]},
     install_requires=["torch", "jsonschema>=4.18", "rich>=13", "nvtx>=0.2.5", "matplotlib>=3.7"],
     extras_require={"fbgemm": ["fbgemm-gpu-cpu==1.8.0"],
                     # GPU clocks and throttle reasons per sample (NVML)

@@ -1,9 +1,6 @@
-"""``python -m param_compute.calibrate``: the entry point (the code: ``measure.calibrate``)."""
-
-import sys
-
-from param_compute.measure.calibrate import main
-from param_compute.process.entry import run
+"""``python -m param_compute.calibrate``: ``param-compute calibrate`` (``cli.main``)."""
+from param_compute.measure.calibrate import main  # noqa: F401  (its main, as before)
+from param_compute.cli.main import door
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    door("param_compute.calibrate")

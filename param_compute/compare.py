@@ -1,12 +1,6 @@
-"""``python -m param_compute.compare``: the entry point.
-
-The code: ``param_compute.analysis.compare``.
-"""
-
-import sys
-
-from param_compute.analysis.compare import main
-from param_compute.process.entry import run
+"""``python -m param_compute.compare``: ``param-compute compare`` (``cli.main``)."""
+from param_compute.analysis.compare import main  # noqa: F401  (its main, as before)
+from param_compute.cli.main import door
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    door("param_compute.compare")

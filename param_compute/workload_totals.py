@@ -1,12 +1,6 @@
-"""``python -m param_compute.workload_totals``: the entry point.
-
-The code: ``param_compute.analysis.workload_totals``.
-"""
-
-import sys
-
-from param_compute.analysis.workload_totals import main
-from param_compute.process.entry import run
+"""``python -m param_compute.workload_totals``: ``param-compute totals`` (``cli.main``)."""
+from param_compute.analysis.workload_totals import main  # noqa: F401  (its main, as before)
+from param_compute.cli.main import door
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    door("param_compute.workload_totals")

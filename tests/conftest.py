@@ -41,6 +41,11 @@ atexit.register(lambda: os.getpid() == _SANDBOX_OWNER
 if "PARAM_COMPUTE_NAME_INDEX_DIR" not in os.environ:
     os.environ["PARAM_COMPUTE_NAME_INDEX_DIR"] = str(SANDBOX_CACHE / "names")
 
+# Printed output is as wide as COLUMNS says (``param_compute.terminal``); pytest-xdist's workers
+# run with COLUMNS=80 and a shell may set anything. The suite runs without it (the width off a
+# terminal is then 120); a test that wants a width sets COLUMNS itself.
+os.environ.pop("COLUMNS", None)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CONFIGS = REPO.parent / "shared" / "param-configs"
 EXAMPLES = REPO / "examples" / "configs"

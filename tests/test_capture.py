@@ -457,7 +457,7 @@ def test_cli_from_execution_trace_then_run_benchmark(captured, tmp_path):
     _, runs, finish = read_results(out)
     assert finish["runs_failed"] == 0 and all(r["count"] >= 1 for r in runs)
     assert sum(r["count"] for r in runs) == report["captured_calls"]
-    assert "top operators by total time" in result.stderr
+    assert "top operators by total time" in result.stdout
 
 
 def test_cli_run_captures_a_users_function(tmp_path):

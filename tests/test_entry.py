@@ -31,15 +31,38 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
 
 
 def test_every_python_m_entry_runs_its_main_through_the_pipe_guard():
+    """Each ``python -m`` door is ``cli.main.door`` (``process.entry.run`` around the command's
+    ``main``), the same ``main`` that ``param-compute COMMAND`` runs."""
+    import importlib
+
+    from param_compute.cli.main import BY_DOOR
+
     package = REPO / "param_compute"
     entries = [path for path in package.rglob("*.py")
-               if "sys.exit(" in path.read_text() and (path.parent == package
-                                                       or path.name == "__main__.py"
-                                                       or path.parent.name == "tools")]
-    assert len(entries) >= 13
-    unguarded = [str(path.relative_to(REPO)) for path in entries
-                 if "sys.exit(run(main))" not in path.read_text()]
-    assert not unguarded, unguarded
+               if "__main__" in path.read_text() and (path.parent == package
+                                                      or path.name == "__main__.py"
+                                                      or path.parent.name == "tools")]
+    assert len(entries) >= 14
+    doors = {}
+    for path in entries:
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__main__" else parts)
+        doors[name] = path.read_text()
+    assert "sys.exit(main())" in doors.pop("param_compute")  # cli.main.main guards itself
+    assert set(doors) == set(BY_DOOR)
+    for name, text in doors.items():
+        assert f'door("{name}")' in text, name
+        module = name if (package / f"{name[14:].replace('.', '/')}.py").exists() \
+            else name + ".__main__"
+        assert importlib.import_module(module).main is BY_DOOR[name].main(), name
+
+
+def test_param_compute_piped_into_head_ends_quietly_as_the_python_m_door(tmp_path):
+    _results_file(tmp_path / "a.json", 1000)
+    for door in (["-m", "param_compute", "compare"], ["-m", "param_compute.compare"]):
+        status, err, out = _piped_into_head([*door, tmp_path / "a.json", tmp_path / "a.json",
+                                             "--max-rows", "100000", "--resamples", "0"])
+        assert out.strip() and status == 141 and "Traceback" not in err, (door, status, err)
 
 
 def test_a_reader_that_leaves_rich_output_ends_the_command_quietly_too():

@@ -111,7 +111,7 @@ def test_cli_max_rows_and_sort_flags(tmp_path):
     done = run_cli("-c", spec, "--output", tmp_path / "r.json", "--max-rows", "1",
                    "--sort", "median", "-i", "3")
     assert done.returncode == 0, done.stderr
-    assert "48×48·48×48 f32" in done.stderr and "8×8·8×8" not in done.stderr
+    assert "48×48·48×48 f32" in done.stdout and "8×8·8×8" not in done.stdout
     bad = run_cli("-c", spec, "--output", tmp_path / "s.json", "--max-rows", "some")
     assert bad.returncode == 2 and "expected a number of rows >= 0 or 'all'" in bad.stderr
 
@@ -120,7 +120,7 @@ def test_dry_run_lists_the_planned_configs(tmp_path):
     spec = write_spec(tmp_path, _spec([8, 16]))
     done = run_cli("-c", spec, "--output", tmp_path / "r.json", "--dry-run")
     assert done.returncode == 0, done.stderr
-    planned = [line for line in done.stderr.splitlines() if "planned" in line and "│" in line]
+    planned = [line for line in done.stdout.splitlines() if "planned" in line and "│" in line]
     assert len(planned) == 2
     assert "8×8·8×8 f32" in planned[0] and "16×16·16×16 f32" in planned[1]
 

@@ -109,8 +109,8 @@ def test_the_five_minute_walkthrough_does_what_it_says(tmp_path):
     first.write_text(json.dumps(spec))
     planned = run_cli("-c", first, "--dry-run", "--output", tmp_path / "plan.json")
     assert planned.returncode == 0, planned.stderr
-    assert "256×512·512×128 f32" in planned.stderr
-    assert "1024×1024·1024×1024 bf16" in planned.stderr
+    assert "256×512·512×128 f32" in planned.stdout
+    assert "1024×1024·1024×1024 bf16" in planned.stdout
     done = run_cli("-c", first, "-b", "-i", "2", "--output", tmp_path / "first_results.json")
     assert done.returncode == 0, done.stderr
     report = run_cli(tmp_path / "first_results.json", "-o", tmp_path / "first.html",

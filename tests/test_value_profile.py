@@ -210,7 +210,8 @@ def test_a_profile_on_a_dtype_copied_from_an_integer_arg_fails_the_run_not_silen
     out = tmp_path / "r.json"
     done = run_cli("-c", path, "-i", "2", "--output", out)
     assert done.returncode == 1
-    assert "failed torch.add|0|0|0_0 (data): ValueError: value_profile applies to floating " \
+    assert "torch.add|0|0|0_0 failed in data: ValueError: value_profile applies to floating " \
            "tensors, not long (its dtype copied from another arg by __copy__?)" in done.stderr
+    assert "failed torch.add|0|0|0_0 (data): ValueError: value_profile applies" in done.stdout
     [line] = [json.loads(x) for x in out.read_text().splitlines() if '"op_name"' in x]
     assert line["status"] == "error" and line["error"]["phase"] == "data"

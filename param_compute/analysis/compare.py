@@ -189,9 +189,9 @@ def write_csv(report: CompareReport, path: Path, inputs: Dict[str, Optional[Path
                              "", miss.reason, ""])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m param_compute.compare") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.compare",
+        prog=prog,
         description="Compare two results files run by run: speedup, significance, geometric "
                     "means; optionally fail on a significant regression.")
     p.add_argument("base", type=Path, help="the baseline results file")
@@ -240,8 +240,9 @@ def _write_output(flag: str, path: Path, report: CompareReport, args: argparse.N
     return None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.compare") -> int:
+    args = build_parser(prog).parse_args(argv)
     if not 0 < args.alpha < 1:
         print(f"error: --alpha must be between 0 and 1, got {args.alpha}", file=sys.stderr)
         return EXIT_INVALID

@@ -194,9 +194,10 @@ def _records(ordered: List[Tuple[Path, _Place]], reader: LineReader) -> Iterator
         yield record
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.merge") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.merge",
+        prog=prog,
         description="Join the results files of a sharded run into one, in the unsharded "
                     "run's order.")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the merged file")

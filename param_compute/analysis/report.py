@@ -314,9 +314,10 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     return page(title, parts), sweeps
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.report") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.report",
+        prog=prog,
         description="Write a self-contained HTML report of a results file: for a captured "
                     "workload the step totals and where the time goes first; plots of each "
                     "sweep, a roofline, and a table of every run with its config.")

@@ -61,14 +61,15 @@ def format_top_configs(totals: WorkloadTotals) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.workload_totals") -> int:
     """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
     time per op beside the original time (from ``original_us``), the file read once. Exit 2:
     unreadable file; lines of wrong types are warned (file, line, field) and left out."""
     from param_compute.results.file import ResultsFileError, stream_results
 
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.workload_totals",
+        prog=prog,
         description="Replayed median x count per op of a captured workload, beside the "
                     "original time recorded in production (capture --kineto).")
     parser.add_argument("results", help="a run_benchmark results file")

@@ -105,9 +105,9 @@ def side_args(text: str, side: str) -> List[str]:
     return args
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m param_compute.ab") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.ab",
+        prog=prog,
         description="Compare two setups (flags, interpreters) on one spec: their processes "
                     "alternate in ABBA rounds; prints the compare table of B against A.")
     p.add_argument("-c", "--config", type=Path, required=True, help="the spec file (JSON)")
@@ -263,8 +263,9 @@ def _joined(argv: Sequence[str]) -> List[str]:
     return out
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.ab") -> int:
+    args = build_parser(prog).parse_args(_joined(sys.argv[1:] if argv is None else argv))
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 160)

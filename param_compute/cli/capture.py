@@ -39,9 +39,9 @@ from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, Sp
 SHOWN_SKIPS = 10
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m param_compute.capture") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.capture",
+        prog=prog,
         description="Capture the aten op configs of a PyTorch execution trace or of a live run "
                     "into a spec that run_benchmark replays (counts kept).")
     source = p.add_mutually_exclusive_group(required=True)
@@ -161,8 +161,9 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
     return workload
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.capture") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.warmup < 0 or args.steps < 1:
         print("error: --warmup must be >= 0 and --steps >= 1", file=sys.stderr)
         return EXIT_INVALID

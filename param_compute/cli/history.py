@@ -18,7 +18,7 @@ from param_compute.history.backends import DEFAULT_DB, HistoryError, driver_erro
 PROG = "python -m param_compute.history"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, metavar="DB",
                         help=f"the history: an SQLite file (default ./{DEFAULT_DB}) or a "
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     chosen.add_argument("--min-change", type=float, default=2.0, metavar="PCT",
                         help="smallest step reported, in percent (default 2)")
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Every run kept in a database: series per machine, op, config "
+        prog=prog, description="Every run kept in a database: series per machine, op, config "
                                "and pass over labels, their steps, a gate and a dashboard.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add = commands.add_parser("add", parents=[common], help="ingest results files",
@@ -163,8 +163,8 @@ def _report(args) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    args = _parser(prog).parse_args(argv)
     command = {"add": _add, "show": _show, "check": _check, "report": _report}[args.command]
     try:
         return command(args)

@@ -1,4 +1,10 @@
-"""``python -m param_compute.run_benchmark -c spec.json``: validate, expand, run, write results.
+"""``param-compute run -c spec.json`` (``python -m param_compute.run_benchmark``): validate,
+expand, run, write results.
+
+``-o`` is PARAM's ``--output-prefix`` by PARAM's door (``python -m
+param_compute.run_benchmark -o PREFIX``: ``PREFIX_PID_TIME.json``) and the results file itself
+by ``param-compute run -o FILE`` (``--output``), as every ``param-compute`` command's ``-o`` is its
+output's path; the long flags are the same by both doors.
 
 Exit status: 0 every run measured; 1 some run failed (its error record is in the results), a
 ``--verify`` check failed, or (with ``--fail-on-target-miss``) a target was missed; 2 invalid
@@ -22,20 +28,27 @@ from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
 
+#: PARAM's door: ``-o`` keeps PARAM's meaning there (``--output-prefix``).
+PARAM_DOOR = "python -m param_compute.run_benchmark"
+#: ``param-compute run``'s flag names where they differ: ``-o`` names the results file.
+RUN_NAMES = {"output_prefix": ("--output-prefix",), "output": ("-o", "--output")}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(prog: str = PARAM_DOOR) -> argparse.ArgumentParser:
     """The flags: ``RunOptions``' and ``OutputPlan``'s fields declare theirs (``runtime.flags``);
-    the profilers declare their groups; the rest are about this command itself."""
+    the profilers declare their groups; the rest are about this command itself. ``-o`` is
+    PARAM's ``--output-prefix`` by PARAM's door, ``--output`` by any other."""
     from param_compute.profiling.cupti import add_arguments as add_cupti_arguments
     from param_compute.profiling.nsight import add_arguments as add_nsight_arguments
 
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.run_benchmark",
+        prog=prog,
         description="Replay a JSON operator spec: validate, expand, time each run, write JSON "
                     "Lines results (PARAM-compatible).")
     p.add_argument("-c", "--config", type=Path, help="the spec file (JSON)")
     add_arguments(p, RunOptions)
-    add_arguments(p.add_argument_group("results"), OutputPlan)
+    add_arguments(p.add_argument_group("results"), OutputPlan,
+                  None if prog == PARAM_DOOR else RUN_NAMES)
     p.add_argument("--list-ops", action="store_true",
                    help="list registered workloads and the resolvable namespaces, then exit")
     p.add_argument("--explain", action="store_true",
@@ -61,11 +74,10 @@ def _setup_logging(level: str) -> None:
 
 
 def _list_ops(toolchain) -> None:
-    from rich.console import Console
-
+    from param_compute import terminal
     from param_compute.operators.resolution import ALLOWED_FORMS
 
-    console = Console()
+    console = terminal.console()
     regs = toolchain.registries
     console.print(f"[bold]Registered operators ({len(regs.operators)})[/bold]")
     for name in sorted(regs.operators):
@@ -83,10 +95,12 @@ def _list_ops(toolchain) -> None:
                   f"{escape(', '.join(describe_entries(regs.data_generators)))}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+def main(argv: Optional[List[str]] = None, prog: str = PARAM_DOOR) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     level = "DEBUG" if args.verbose else args.log_level
+    if args.quiet and level == "INFO":  # warnings and errors only
+        level = "WARNING"
     _setup_logging(level)
     if args.version:
         from param_compute.lib import __version__

@@ -1,12 +1,6 @@
-"""``python -m param_compute.history``: the entry point.
-
-The code: ``param_compute.cli.history``.
-"""
-
-import sys
-
-from param_compute.cli.history import main
-from param_compute.process.entry import run
+"""``python -m param_compute.history``: ``param-compute history`` (``cli.main``)."""
+from param_compute.cli.history import main  # noqa: F401  (its main, as before)
+from param_compute.cli.main import door
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    door("param_compute.history")

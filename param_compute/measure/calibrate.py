@@ -269,9 +269,10 @@ def spec_dtypes_from(raw: Any) -> List[str]:
     return sorted(found) or ["float32"]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.calibrate") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.calibrate",
+        prog=prog,
         description="Measure peak FLOP/s (large GEMMs) per dtype and peak memory bandwidth "
                     "(large copy/add) of this device and thread count; cache them for runs.")
     parser.add_argument("-d", "--device", default="cpu", help="cpu, cuda or cuda:N")

@@ -60,6 +60,9 @@ class OutputPlan:
     #: The progress bar: None where stderr is a terminal.
     progress: Optional[bool] = flag("--no-progress", default=None, action="store_const",
                                     const=False, help="no progress bar or progress lines")
+    #: No table, no progress, no log lines below WARNING: warnings and errors only.
+    quiet: bool = flag("-q", "--quiet", default=False, action="store_true",
+                       help="print no table and no progress: warnings and errors only")
     #: The summary table: how many runs it shows (None: all) and in which order.
     max_rows: Optional[int] = flag("--max-rows", default=SUMMARY_ROWS, type=max_rows_value,
                                    metavar="N|all",

@@ -250,7 +250,8 @@ class Session:
                 max_rows=self.outputs.max_rows, sort=self.outputs.sort,
                 protocol=protocol_advice(self.options.protocol, self.options.warmup,
                                          self.options.iteration, self.options.warmup_time,
-                                         self.options.min_time)))
+                                         self.options.min_time),
+                quiet=self.outputs.quiet))
         if self.outputs.collect:
             from param_compute.results.sinks.jsonl import RecordCollector
 

@@ -171,9 +171,10 @@ def replay(document: Dict[str, Any]) -> int:
     return EXIT_RUN_FAILED if failed else 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.run_batch") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.run_batch",
+        prog=prog,
         description="Replay one batch of runs (the child that --ncu/--nsys profile).")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--batch-file", "-f", "--file", type=Path, dest="batch_file",

@@ -120,9 +120,9 @@ def join(launches: Sequence[Launch], table: KernelTable, metrics: Sequence[str])
         table.add(parse_iteration_range(launch.nvtx), launch.kernel, launch.duration_ns(), wanted)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m param_compute.tools.ncu_report") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.tools.ncu_report",
+        prog=prog,
         description="Join the Nsight Compute logs of a --ncu run back to its run ids.")
     p.add_argument("results", type=Path, help="a results file written with --ncu")
     p.add_argument("-m", "--metric", action="append", default=[], metavar="NAME",
@@ -133,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.tools.ncu_report") -> int:
+    args = build_parser(prog).parse_args(argv)
 
     def join_batch(batch, table, problems: List[str]) -> None:
         try:

@@ -134,9 +134,9 @@ def join_sqlite(database: Path, table: KernelTable) -> None:
         db.close()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m param_compute.tools.nsys_report") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m param_compute.tools.nsys_report",
+        prog=prog,
         description="Join the Nsight Systems reports of a --nsys run back to its run ids.")
     p.add_argument("results", type=Path, help="a results file written with --nsys")
     p.add_argument("--nsys-bin", metavar="PATH",
@@ -146,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.tools.nsys_report") -> int:
+    args = build_parser(prog).parse_args(argv)
 
     def join_batch(batch, table, problems: List[str]) -> None:
         if batch.status != "ok" and not batch.file.exists():

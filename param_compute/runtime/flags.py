@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import MISSING, Field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 
 def flag(*names: str, default: Any = MISSING, default_factory: Any = MISSING, help: str,
@@ -36,8 +36,11 @@ def flag_fields(cls: type) -> Dict[str, Field]:
     return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("flags")}
 
 
-def add_arguments(parser: Any, cls: type) -> None:
-    """Declare every flag of ``cls`` on ``parser`` (a parser or an argument group)."""
+def add_arguments(parser: Any, cls: type,
+                  names: Optional[Dict[str, Tuple[str, ...]]] = None) -> None:
+    """Declare every flag of ``cls`` on ``parser`` (a parser or an argument group); ``names``
+    gives some fields other flag names on this parser (``{"output": ("-o", "--output")}``)."""
+    names = names or {}
     for name, f in flag_fields(cls).items():
         kwargs = dict(f.metadata["argparse"])
         if kwargs.get("action") == "append":  # a list argparse extends (copied, not changed)
@@ -45,7 +48,8 @@ def add_arguments(parser: Any, cls: type) -> None:
         elif "default" not in kwargs:
             kwargs["default"] = (f.default if f.default is not MISSING
                                  else f.default_factory())  # type: ignore[misc]
-        parser.add_argument(*f.metadata["flags"], dest=name, help=f.metadata["help"], **kwargs)
+        parser.add_argument(*names.get(name, f.metadata["flags"]), dest=name,
+                            help=f.metadata["help"], **kwargs)
 
 
 def values_from_args(cls: type, args: argparse.Namespace) -> Dict[str, Any]:

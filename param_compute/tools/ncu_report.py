@@ -1,12 +1,6 @@
-"""``python -m param_compute.tools.ncu_report``: the entry point.
-
-The code: ``param_compute.profiling.ncu_report``.
-"""
-
-import sys
-
-from param_compute.profiling.ncu_report import main
-from param_compute.process.entry import run
+"""``python -m param_compute.tools.ncu_report``: ``param-compute ncu`` (``cli.main``)."""
+from param_compute.profiling.ncu_report import main  # noqa: F401  (its main, as before)
+from param_compute.cli.main import door
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    door("param_compute.tools.ncu_report")

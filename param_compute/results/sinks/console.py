@@ -1,6 +1,12 @@
 """Console output: progress (a rich bar on a terminal, INFO log lines elsewhere) and the summary
 table.
 
+The table, the counts, the failed runs and the other sinks' summary lines are results: standard
+output. Progress, the results file's name and warnings (too few values, disturbed runs) go to
+standard error. Both are as wide as ``terminal.width`` says (``COLUMNS``, else the terminal's,
+else 120), and no line printed on standard output is wider. ``quiet``: no progress, no table, no
+counts; failed runs and warnings only (standard error).
+
 The table shows each run's config (``results.config_label``) and fits the console's width: at
 120 columns and less the p10–p90 and rate columns go, at 100 and less the id too, and the config
 column takes what is left (cut with ``…``); rows never wrap. ``max_rows`` bounds the rows shown
@@ -12,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -31,6 +36,7 @@ from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_no
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.totals import WorkloadTotals
 from param_compute.formatting import cell, format_ms
+from param_compute import terminal
 
 log = logging.getLogger("param_compute")
 
@@ -111,11 +117,16 @@ class ConsoleReporter(RecordSink):
 
     def __init__(self, results_path: Optional[str] = None, progress: Optional[bool] = None,
                  console: Optional[Console] = None, max_rows: Optional[int] = SUMMARY_ROWS,
-                 sort: Optional[str] = None, protocol: Optional[str] = None):
-        # Off a terminal (a log, a pipe), wide enough for every column rather than 80 characters.
-        self.console = console or Console(stderr=True,
-                                          width=None if sys.stderr.isatty() else 200)
-        self.show_progress = sys.stderr.isatty() if progress is None else progress
+                 sort: Optional[str] = None, protocol: Optional[str] = None,
+                 errors: Optional[Console] = None, quiet: bool = False):
+        #: Results (standard output); ``errors``: progress and warnings (standard error). A
+        #: ``console`` given alone takes both.
+        self.console = console or terminal.console(quiet=quiet)
+        self.errors = errors or console or terminal.console(stderr=True)
+        self.quiet = quiet
+        if quiet:
+            progress = False
+        self.show_progress = self.errors.is_terminal if progress is None else progress
         #: Off a terminal (and not asked to be quiet): progress as INFO log lines.
         self.log_progress = progress is None and not self.show_progress
         self.results_path = results_path
@@ -156,7 +167,7 @@ class ConsoleReporter(RecordSink):
             return
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TimeRemainingColumn(), console=self.console, transient=True)
+                                 TimeRemainingColumn(), console=self.errors, transient=True)
         self.progress.start()
         self.task = self.progress.add_task("starting", total=total)
 
@@ -209,42 +220,48 @@ class ConsoleReporter(RecordSink):
     def finish(self, summary: RunSummary) -> None:
         if self.progress is not None:
             self.progress.stop()
-        rows = self.rows
-        if rows:
-            self.console.print(self._table(rows))
-        if self.hidden_rows:
-            self.console.print(f"... {self.hidden_rows} more runs in the results file "
-                               "(--max-rows all shows every one)")
-        if self.workload.configs or self.workload.failed_configs:
-            print_workload_totals(self.console, self.workload)
-        parts = [f"{summary.ok} measured"]
-        if summary.dry_run:
-            parts.append(f"{summary.dry_run} planned (dry run)")
-        if summary.failed:
-            parts.append(f"[red]{len(summary.failed)} failed[/red]")
-        if summary.skipped:
-            parts.append(f"{summary.skipped} skipped")
-        self.console.print(", ".join(parts))
+        out = self.console
+        if not self.quiet:
+            rows = self.rows
+            if rows:
+                out.print(self._table(rows))
+            if self.hidden_rows:
+                out.print(f"... {self.hidden_rows} more runs in the results file "
+                          "(--max-rows all shows every one)")
+            if self.workload.configs or self.workload.failed_configs:
+                print_workload_totals(out, self.workload)
+            parts = [f"{summary.ok} measured"]
+            if summary.dry_run:
+                parts.append(f"{summary.dry_run} planned (dry run)")
+            if summary.failed:
+                parts.append(f"[red]{len(summary.failed)} failed[/red]")
+            if summary.skipped:
+                parts.append(f"{summary.skipped} skipped")
+            out.print(", ".join(parts))
+            for note in getattr(summary, "notes", ()):  # what other sinks declared
+                out.print(note, highlight=False)
         if self.too_few:
             advice = self.protocol or "without -w/-i the default protocol measures by time"
-            self.console.print(
+            self.errors.print(
                 f"[yellow]{self.too_few} run(s) have fewer than {MIN_TRUSTED_N} measured values: "
                 f"too few to trust[/yellow] ({advice})", soft_wrap=True, highlight=False)
         if self.disturbed:
-            self.console.print(
+            self.errors.print(
                 f"[yellow]{self.disturbed} run(s) disturbed[/yellow]: over "
                 f"{DISTURBED_FRACTION:.0%} of their samples waited for a core, or the canary "
                 "drifted around them (the record's disturbed, stats.PASS.descheduled, "
                 "canary_drift); a quieter machine, --timer cpu or --discard-disturbed",
                 soft_wrap=True, highlight=False)
-        for note in getattr(summary, "notes", ()):  # what other sinks declared
-            self.console.print(note, soft_wrap=True, highlight=False)
         for record in summary.failed[:SUMMARY_ROWS]:
-            self.console.print(Text.assemble("  ", ("failed", "red"), cell(
+            line = Text.assemble("  ", ("failed", "red"), cell(
                 f" {key_of(record.op_name, record.id)} ({record.error.phase}): "
-                f"{record.error.type}: {record.error.message}")), soft_wrap=True, highlight=False)
-        if self.results_path:
-            self.console.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)
+                f"{record.error.type}: {record.error.message}"))
+            if self.quiet:  # errors only, where errors go: whole
+                self.errors.print(line, soft_wrap=True, highlight=False)
+            else:  # a row of the summary: one line, cut at the width (whole in the results)
+                out.print(line, no_wrap=True, overflow="ellipsis", highlight=False)
+        if self.results_path and not self.quiet:
+            self.errors.print(f"results: {self.results_path}", soft_wrap=True, highlight=False)
 
     def _table(self, rows: List[RunRecord]) -> Table:
         width = self.console.width

@@ -350,9 +350,10 @@ def export_stream(results: ResultsStream, csv_path: Optional[Path] = None,
 
 # --- command line: convert a results file ---------------------------------------------------
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.exporters") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m param_compute.exporters",
+        prog=prog,
         description="Convert a results file to CSV and/or the PyTorch OSS benchmark-database "
                     "JSON format.")
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
