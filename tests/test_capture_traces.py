@@ -111,19 +111,36 @@ def test_last_complete_step_is_captured_by_default_and_counts_are_per_step(mlp_t
     assert everything.captured_calls == 3 * default.captured_calls
     first = capture_execution_trace(et_path, step="0")
     assert first.configs == default.configs and first.steps.selected == [0]
-    with pytest.raises(ValueError, match=r"--step 7: the trace has no complete ProfilerStep#7"):
+    with pytest.raises(ValueError, match=r"--trace-step 7: the trace has no complete ProfilerStep#7"):
         capture_execution_trace(et_path, step="7")
 
 
 def test_cli_step_and_errors(mlp_traces, tmp_path, capsys):
     et_path, _ = mlp_traces
     out = tmp_path / "spec.json"
-    assert capture_main(["--from-et", str(et_path), "-o", str(out), "--step", "all"]) == 0
+    assert capture_main(["--from-et", str(et_path), "-o", str(out), "--trace-step", "all"]) == 0
     report = json.loads((tmp_path / "spec.capture.json").read_text())
     assert report["steps"]["captured"] is None and report["calls"] == sum(
         report["steps"]["calls_per_step"].values())
-    assert capture_main(["--from-et", str(et_path), "-o", str(out), "--step", "x"]) == 2
-    assert "--step 'x': write a step number or 'all'" in capsys.readouterr().err
+    assert capture_main(["--from-et", str(et_path), "-o", str(out), "--trace-step", "x"]) == 2
+    assert "--trace-step 'x': write a step number or 'all'" in capsys.readouterr().err
+
+
+def test_capture_s_old_step_flag_warns_and_still_picks_the_step(mlp_traces, tmp_path, capsys):
+    """``capture --step N|all`` was renamed ``--trace-step`` (``--step`` is run's step file):
+    the old spelling still works, with a warning on stderr."""
+    et_path, _ = mlp_traces
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    assert capture_main(["--from-et", str(et_path), "-o", str(new), "--trace-step", "0"]) == 0
+    assert "--trace-step" not in capsys.readouterr().err
+    assert capture_main(["--from-et", str(et_path), "-o", str(old), "--step", "0"]) == 0
+    assert "warning: capture --step is now --trace-step" in capsys.readouterr().err
+    assert json.loads(old.read_text()) == json.loads(new.read_text())
+    report = json.loads((tmp_path / "old.capture.json").read_text())
+    assert report["steps"]["captured"] == [0] and report["steps"]["default"] is False
+    assert capture_main(["--from-et", str(et_path), "-o", str(old), "--step", "0",
+                         "--trace-step", "1"]) == 2
+    assert "say different steps" in capsys.readouterr().err
 
 
 # --- Kineto ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """``python -m param_compute.capture``: an execution trace or a live run -> a replayable spec.
 
     python -m param_compute.capture --from-et trace.json -o spec.json [--skip-views] [--param-form]
-        [--step N|all] [--kineto kineto.json] [--allow-namespace fbgemm] [--target-device cpu]
+        [--trace-step N|all] [--kineto kineto.json] [--allow-namespace fbgemm] [--target-device cpu]
     python -m param_compute.capture --run mymodule:train_step -o spec.json [--warmup 1] [--steps 1]
 
 ``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
@@ -63,9 +63,11 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
                         "report lists what PARAM still won't reproduce")
     p.add_argument("--no-validate", action="store_true",
                    help="write the spec without validating it")
-    p.add_argument("--step", metavar="N|all",
+    p.add_argument("--trace-step", metavar="N|all", dest="step",
                    help="--from-et: the ProfilerStep#N window to capture, or 'all' (counts are "
                         "then totals); default: the last complete step")
+    # --step is run's step file everywhere else: here the old name, said once on stderr
+    p.add_argument("--step", metavar="N|all", dest="old_step", help=argparse.SUPPRESS)
     p.add_argument("--kineto", type=Path, metavar="FILE",
                    help="--from-et: a Kineto trace of the same run (JSON, .gz or a .tar.gz "
                         "archive): each config gets its original CPU and device time "
@@ -164,11 +166,20 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
 def main(argv: Optional[List[str]] = None,
          prog: str = "python -m param_compute.capture") -> int:
     args = build_parser(prog).parse_args(argv)
+    if args.old_step is not None:
+        print("warning: capture --step is now --trace-step (--step is run's step file); "
+              "--step will go", file=sys.stderr)
+        if args.step is not None and args.step != args.old_step:
+            print("error: --step and --trace-step say different steps: give --trace-step",
+                  file=sys.stderr)
+            return EXIT_INVALID
+        args.step = args.old_step
     if args.warmup < 0 or args.steps < 1:
         print("error: --warmup must be >= 0 and --steps >= 1", file=sys.stderr)
         return EXIT_INVALID
     if args.from_et is None and (args.step is not None or args.kineto is not None):
-        print("error: --step and --kineto read an execution trace: use them with --from-et",
+        print("error: --trace-step and --kineto read an execution trace: use them with "
+              "--from-et",
               file=sys.stderr)
         return EXIT_INVALID
     logger = logging.getLogger("param_compute.capture")

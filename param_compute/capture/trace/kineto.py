@@ -285,7 +285,7 @@ def host_timeline(join: KinetoJoin, order: List[Dict[str, Any]]
     step = join.window_event
     if step is None:
         where = (f"the Kineto trace has no {join.window_name} event" if join.window_name
-                 else "the execution trace has no ProfilerStep#N window (or --step all)")
+                 else "the execution trace has no ProfilerStep#N window (or --trace-step all)")
         return None, {"written": False, "why": f"{where}: the step's host time is not known"}
     w0, length = step.get("ts"), step.get("dur", 0)
     w1 = w0 + length if _finite(w0, length) else None

@@ -59,7 +59,7 @@ class Steps:
     """The ``ProfilerStep#N`` windows of a trace and the one(s) captured."""
 
     found: List[int] = field(default_factory=list)
-    selected: Optional[List[int]] = None  # None: the whole trace (no steps, or --step all)
+    selected: Optional[List[int]] = None  # None: the whole trace (no steps, or --trace-step all)
     default: bool = False  # the selection is the default (the last complete step)
     calls_per_step: Dict[int, int] = field(default_factory=dict)
 
@@ -70,8 +70,8 @@ class Steps:
             per_step = ", ".join(f"#{n} {c}" for n, c in self.calls_per_step.items())
             return (f"{len(self.found)} ProfilerStep windows (calls: {per_step}): all "
                     "captured (counts are totals over them)")
-        how = "the last complete step, by default; --step N picks another, --step all " \
-              "keeps them all" if self.default else "chosen with --step"
+        how = "the last complete step, by default; --trace-step N picks another, " \
+              "--trace-step all keeps them all" if self.default else "chosen with --trace-step"
         per_step = ", ".join(f"#{n} {c}" for n, c in self.calls_per_step.items())
         return (f"{len(self.found)} ProfilerStep windows (calls: {per_step}): captured "
                 f"#{self.selected[0]} ({how}); counts are per step")
@@ -180,9 +180,9 @@ def select_step(tree: TraceTree, step: Optional[str]) -> Tuple[Steps, Optional[s
         try:
             number = int(step)
         except ValueError:
-            raise ValueError(f"--step {step!r}: write a step number or 'all'") from None
+            raise ValueError(f"--trace-step {step!r}: write a step number or 'all'") from None
         if number not in found:
-            raise ValueError(f"--step {number}: the trace has no complete ProfilerStep#{number}"
+            raise ValueError(f"--trace-step {number}: the trace has no complete ProfilerStep#{number}"
                              f" (it has {', '.join(f'#{n}' for n in found) or 'none'})")
     if not found or step == "all":
         return steps, None
