@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional, TextIO
+import textwrap
+from typing import Any, Container, List, Optional, Sequence, TextIO
+
+from param_compute.plan.summary import cut
 
 #: The width off a terminal when ``COLUMNS`` is not set.
 DEFAULT_WIDTH = 120
@@ -40,6 +43,23 @@ def console(stderr: bool = False, quiet: bool = False) -> Any:
                    quiet=quiet)
 
 
-def fit(line: str, room: int) -> str:
-    """``line`` cut to ``room`` characters, ``…`` marking the cut."""
-    return line if len(line) <= room else line[:max(room - 1, 0)] + "…"
+def add_quiet(parser: Any) -> None:
+    """``-q``/``--quiet`` on a command that prints tables: nothing on standard output."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print no table: warnings and errors only (on standard error)")
+
+
+def fit_lines(lines: Sequence[str], room: int, rows: Container[int] = ()) -> List[str]:
+    """Plain text no wider than ``room``: the lines at the indexes ``rows`` (a table's) cut,
+    the others (prose) wrapped, their continuation indented as they are."""
+    out: List[str] = []
+    for index, line in enumerate(lines):
+        if len(line) <= room:
+            out.append(line)
+        elif index in rows:
+            out.append(cut(line, room))
+        else:
+            indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+            out.extend(textwrap.wrap(line, room, subsequent_indent=indent[:room // 2],
+                                     break_on_hyphens=False) or [""])
+    return out

@@ -24,7 +24,8 @@ TINY = {"torch.add": {
          "__copy__": [{"shape": [0, [0, 0]]}]}]}]}]}}
 
 
-def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path):
+def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # room for the config column's whole labels
     spec = write_spec(tmp_path, TINY)
     out = tmp_path / "ab"
     result = run_cli("-c", spec, "--a", "-i 5 --no-throughput", "--b", "--no-throughput -i 5",

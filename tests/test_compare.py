@@ -147,7 +147,9 @@ def test_bad_input_exits_2_with_a_message(runs, tmp_path, content, message):
         assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_names_from_a_file_are_shown_as_they_are_never_as_markup_or_escapes(tmp_path):
+def test_names_from_a_file_are_shown_as_they_are_never_as_markup_or_escapes(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # wide enough for the whole name in both tables
     op = "[/bold][link=http://x.example]mm[/link]\x1b[31m"
     lines = []
     for name, median in (("base", 1.0), ("new", 2.0)):
@@ -180,6 +182,8 @@ def test_settings_from_a_header_are_shown_as_they_are(tmp_path):
     done = _compare(*paths, "--fail-on-regression", "10")
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "\x1b" not in done.stdout
-    assert "settings differ: device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW" in done.stdout
-    assert done.stdout.splitlines()[-1].startswith(
-        "regression gate failed: settings differ (device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW")
+    said = " ".join(done.stdout.split())  # lines wrap at the width (120 here)
+    assert "settings differ: device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW" in said
+    assert said.split("regression gate failed: ")[-1].startswith(
+        "settings differ (device: 'cpu' in BASE, '[/bold]\\x1b[2J' in NEW")  # said last
+    assert max(len(line) for line in done.stdout.splitlines()) <= 120

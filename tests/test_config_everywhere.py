@@ -36,7 +36,8 @@ def _run(tmp_path, spec, name):
     return out
 
 
-def test_compare_table_and_csv_show_each_runs_config(tmp_path):
+def test_compare_table_and_csv_show_each_runs_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # room for the config column's whole labels
     spec = captured_spec()
     base, new = _run(tmp_path, spec, "base"), _run(tmp_path, spec, "new")
     table = tmp_path / "rows.csv"

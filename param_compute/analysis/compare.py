@@ -49,6 +49,8 @@ from param_compute.errors import OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.analysis.significance import Comparison
 from param_compute.formatting import cell, format_ms
+from param_compute import terminal
+from param_compute.terminal import add_quiet
 
 __all__ = ["GATE_REASONS", "CompareReport", "Row", "compare_files", "compare_streams",
            "settings_diff", "render", "write_csv", "main"]
@@ -83,7 +85,7 @@ def _listed(console, label: str, items: List[str]) -> None:
     if items:
         more = f", ... {len(items) - 10} more" if len(items) > 10 else ""
         console.print(cell(f"{label}: {len(items)}: {', '.join(items[:10])}{more}"),
-                      soft_wrap=True, highlight=False)
+                      highlight=False)
 
 
 def render(report: CompareReport, base_path: Path, new_path: Path, console,
@@ -156,7 +158,7 @@ def render(report: CompareReport, base_path: Path, new_path: Path, console,
                                                  in report.gate_counts().items()),
                       highlight=False)
     if report.settings_diff:
-        console.print(cell("settings differ: " + "; ".join(report.settings_diff)), soft_wrap=True,
+        console.print(cell("settings differ: " + "; ".join(report.settings_diff)),
                       highlight=False)
     if report.new_records == 0:
         console.print("NEW has no run records", highlight=False)
@@ -218,6 +220,7 @@ def build_parser(prog: str = "python -m param_compute.compare") -> argparse.Argu
                         "with intervals, config labels, significance colours)")
     p.add_argument("--max-rows", type=int, default=60,
                    help="table rows to show (default 60; significant changes first when cut)")
+    add_quiet(p)
     return p
 
 
@@ -259,10 +262,9 @@ def main(argv: Optional[List[str]] = None,
     except (OptionsError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    from rich.console import Console
     from rich.text import Text
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = terminal.console(quiet=args.quiet)  # the tables: standard output
     if args.strict and (report.mismatched or (report.settings_diff
                                               and not args.across_settings)):
         for line in report.settings_diff:
@@ -291,10 +293,10 @@ def main(argv: Optional[List[str]] = None,
                          f"{args.fail_on_regression:g}% (worst {key_of(worst.op, worst.id)} "
                          f"{worst.pass_name}: +{worst.result.change_pct:.1f}%)")
         parts.extend(report.gate_failures(args.across_settings))
-        if parts:
-            console.print(Text.assemble(("regression gate failed", "red"),
-                                        cell(f": {'; '.join(parts)}")),
-                          highlight=False, soft_wrap=True)
+        if parts:  # said even when --quiet: an error, where errors go
+            (terminal.console(stderr=True) if args.quiet else console).print(
+                Text.assemble(("regression gate failed", "red"), cell(f": {'; '.join(parts)}")),
+                highlight=False)
             return EXIT_REGRESSION
         console.print("regression gate passed", highlight=False)
     return EXIT_OK

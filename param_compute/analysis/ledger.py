@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from param_compute.formatting import printable
+from param_compute.terminal import fit_lines
 from param_compute.plan.runkey import key_of
 from param_compute.results.fields import MAX_NUMBER, measured
 
@@ -295,8 +296,12 @@ def faults_text(row: Dict[str, Any]) -> str:
     return "/".join(_count(row.get(key)) for key in ("original_faults", "in_step_faults"))
 
 
-def format_ledger(ledger: Dict[str, Any]) -> str:
-    """The ledger as plain text: the step totals, then one row per op."""
+def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
+    """The ledger as plain text: the step totals, then one row per op. ``width``: no line
+    wider (the op column narrows, a row's reason is cut, prose wraps)."""
+    faults = has_faults(ledger)
+    numbers = 70 + (18 if faults else 0)  # the columns after the op's
+    op_width = 36 if width is None else max(8, min(36, width - numbers - 1))
     lines = ["fidelity ledger (ms per step):"]
     for label, key in (("real step (unprofiled)", "real_step_ms"),
                        ("in-step replay", "in_step_ms"),
@@ -324,13 +329,13 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
                      f"{'/'.join(_count(c) for c in touched):>12}")
         lines.append("  (fresh pages: how many a step takes depends on the host allocator's "
                      "settings, sys_info.allocator)")
-    faults = has_faults(ledger)
-    header = (f"{'op':<36} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
+    header = (f"{'op':<{op_width}} {'calls':>6} {'original':>10} {'in-step':>10} {'isolated':>10} "
               f"{'step/orig':>9} {'iso/orig':>9} {'iso/step':>9}"
               + (f" {'faults orig/step':>17}" if faults else "") + "  reason")
     lines += ["", header, "-" * len(header)]
+    table = range(len(lines) - 2, len(lines) + len(ledger["ops"]))  # cut, not wrapped
     for row in ledger["ops"]:
-        lines.append(f"{printable(row['op'][:36]):<36} {row['calls']:>6} "
+        lines.append(f"{printable(row['op'][:op_width]):<{op_width}} {row['calls']:>6} "
                      f"{_ms(row['original_ms']):>10} "
                      f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
                      f"{_x(row['in_step_over_original']):>9} "
@@ -348,7 +353,7 @@ def format_ledger(ledger: Dict[str, Any]) -> str:
                                          if m["original_ms"] else "")
             for m in ledger["not_captured"][:12])
             + (" ..." if len(ledger["not_captured"]) > 12 else ""))
-    return "\n".join(lines)
+    return "\n".join(lines if width is None else fit_lines(lines, width, table))
 
 
 def ledger_section(ledger: Dict[str, Any]) -> str:

@@ -18,8 +18,10 @@ import argparse
 import sys
 from typing import Any, Dict, List, Optional
 
+from param_compute import terminal
 from param_compute.plan.summary import cut
 from param_compute.results.totals import WorkloadTotals
+from param_compute.terminal import add_quiet, fit_lines
 
 def comparison_rows(totals: WorkloadTotals) -> List[Dict[str, Any]]:
     """Per op with an original time: replayed Σ median x count beside the original Σ time x
@@ -37,28 +39,36 @@ def comparison_rows(totals: WorkloadTotals) -> List[Dict[str, Any]]:
     return sorted(rows, key=lambda r: -(r["original_device_ms"] or r["original_cpu_ms"]))
 
 
-def format_comparison(rows: List[Dict[str, Any]]) -> str:
-    """The comparison as a plain-text table."""
-    header = (f"{'op':<40} {'calls':>7} {'replayed ms':>12} {'orig cpu ms':>12} "
+def format_comparison(rows: List[Dict[str, Any]], width: Optional[int] = None) -> str:
+    """The comparison as a plain-text table; ``width``: the op column narrows to fit."""
+    op = 40 if width is None else max(8, min(40, width - 59))
+    header = (f"{'op':<{op}} {'calls':>7} {'replayed ms':>12} {'orig cpu ms':>12} "
               f"{'orig dev ms':>12} {'replay/orig':>11}")
     lines = [header, "-" * len(header)]
     for row in rows:
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-"
-        lines.append(f"{row['op'][:40]:<40} {row['calls']:>7} {row['replayed_ms']:>12.3f} "
-                     f"{row['original_cpu_ms']:>12.3f} {row['original_device_ms']:>12.3f} "
-                     f"{ratio:>11}")
-    return "\n".join(lines)
+        lines.append(f"{cut(row['op'], op):<{op}} {row['calls']:>7} "
+                     f"{row['replayed_ms']:>12.3f} {row['original_cpu_ms']:>12.3f} "
+                     f"{row['original_device_ms']:>12.3f} {ratio:>11}")
+    return "\n".join(lines if width is None else fit_lines(lines, width, range(len(lines))))
 
 
-def format_top_configs(totals: WorkloadTotals) -> str:
-    """The largest configs (median x count) as a plain-text table, with their config labels."""
-    header = f"{'op':<28} {'id':<12} {'config':<36} {'median ms':>10} {'count':>6} {'share':>6}"
+def format_top_configs(totals: WorkloadTotals, width: Optional[int] = None) -> str:
+    """The largest configs (median x count) as a plain-text table, with their config labels;
+    ``width``: the op and config columns narrow to fit."""
+    op, config = 28, 36
+    if width is not None:  # the room the id and numbers leave, 2 parts op to 3 parts config
+        room = max(16, width - 39 - 2)
+        op = min(28, max(8, room * 2 // 5))
+        config = min(36, max(8, room - op))
+    header = (f"{'op':<{op}} {'id':<12} {'config':<{config}} {'median ms':>10} {'count':>6} "
+              f"{'share':>6}")
     lines = [header, "-" * len(header)]
     for top in totals.top_configs():
-        lines.append(f"{cut(top.op, 28):<28} {cut(top.id, 12):<12} {cut(top.config, 36):<36} "
-                     f"{top.median_ms:>10.4f} {top.count:>6} "
-                     f"{totals.share(top.total_ms):>6.1%}")
-    return "\n".join(lines)
+        lines.append(f"{cut(top.op, op):<{op}} {cut(top.id, 12):<12} "
+                     f"{cut(top.config, config):<{config}} {top.median_ms:>10.4f} "
+                     f"{top.count:>6} {totals.share(top.total_ms):>6.1%}")
+    return "\n".join(lines if width is None else fit_lines(lines, width, range(len(lines))))
 
 
 def main(argv: Optional[List[str]] = None,
@@ -75,6 +85,7 @@ def main(argv: Optional[List[str]] = None,
     parser.add_argument("results", help="a run_benchmark results file")
     parser.add_argument("--json", action="store_true",
                         help="print the fidelity ledger as one JSON object (analysis.ledger)")
+    add_quiet(parser)
     args = parser.parse_args(argv)
     from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_fields
 
@@ -98,22 +109,26 @@ def main(argv: Optional[List[str]] = None,
 
         print(json.dumps(ledger, indent=1))
         return 0
-    print(f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
-          f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
-                                         f"({totals.failed_calls} calls) not measured"
-                                         if totals.failed_configs else ""))
+    if args.quiet:
+        return 0
+    width = terminal.width()
+    print("\n".join(fit_lines([
+        f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
+        f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
+                                       f"({totals.failed_calls} calls) not measured"
+                                       if totals.failed_configs else "")], width)))
     if totals.configs:
         print("largest configs (median × count):")
-        print(format_top_configs(totals))
+        print(format_top_configs(totals, width))
         print()
     rows = comparison_rows(totals)
     if rows:
-        print(format_comparison(rows))
+        print(format_comparison(rows, width))
     else:
         print("no original times: capture with --kineto to compare with production")
     if ledger["ops"] and (ledger["in_step_ms"] is not None or ledger["original_ms"]):
         print()
-        print(format_ledger(ledger))
+        print(format_ledger(ledger, width))
     return 0
 
 

@@ -31,6 +31,8 @@ import param_compute
 from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED, OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.files import check_outputs
+from param_compute import terminal
+from param_compute.terminal import add_quiet
 
 #: run_benchmark flags (their ``dest``) a side may not set: ab sets them, or they change where
 #: results go or what is measured on one side only.
@@ -132,6 +134,7 @@ def build_parser(prog: str = "python -m param_compute.ab") -> argparse.ArgumentP
                    help="run filter of both sides (repeatable)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
     p.add_argument("--max-rows", type=int, default=60, help="compare table rows (60)")
+    add_quiet(p)
     return p
 
 
@@ -204,7 +207,8 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
     for side, number in round_plan(args.rounds):
         out = rounds_dir / f"{side}{number}.json"
         out.unlink(missing_ok=True)
-        print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
+        if not args.quiet:
+            print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
         done = _run_side(getattr(args, f"python_{side}"), args.config,
                          [*sides[side], *_common(args)], out)
         if done.returncode in INTERRUPTED:  # a side stopped by SIGINT/SIGTERM: so is ab
@@ -266,9 +270,7 @@ def _joined(argv: Sequence[str]) -> List[str]:
 def main(argv: Optional[List[str]] = None,
          prog: str = "python -m param_compute.ab") -> int:
     args = build_parser(prog).parse_args(_joined(sys.argv[1:] if argv is None else argv))
-    from rich.console import Console
-
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = terminal.console(quiet=args.quiet)  # the compare table: standard output
     try:
         return run_ab(args, console)
     except AbError as exc:

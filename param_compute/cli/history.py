@@ -8,7 +8,9 @@ message naming it; no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -23,6 +25,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     common.add_argument("--db", default=DEFAULT_DB, metavar="DB",
                         help=f"the history: an SQLite file (default ./{DEFAULT_DB}) or a "
                              "postgresql://USER@HOST/NAME URL (needs psycopg)")
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="print nothing on standard output: warnings, errors and check's "
+                             "regressions only (on standard error)")
     chosen = argparse.ArgumentParser(add_help=False)
     chosen.add_argument("--only", metavar="GLOB", help="series whose op or run key matches")
     chosen.add_argument("-k", dest="keyword", metavar="EXPR", action="append",
@@ -114,8 +119,10 @@ def _show(args) -> int:
     from param_compute.history.show import show
     from param_compute.history.store import open_store
 
+    from param_compute import terminal
+
     with open_store(args.db) as store:
-        count = show(_series(args, store), sys.stdout, args.min_change / 100)
+        count = show(_series(args, store), sys.stdout, args.min_change / 100, terminal.width())
     if not count:
         print("no series (nothing added yet, or nothing matches)", file=sys.stderr)
     return 0
@@ -140,8 +147,9 @@ def _check(args) -> int:
     if not verdict.series:  # a gate that judged nothing must not pass
         raise HistoryError("nothing to judge: no series (nothing added yet, or nothing "
                            "matches --only/-k/--machine)")
-    for finding in verdict.regressions:
-        print(f"regression: {plain(finding.series.name)}: {describe_step(finding.step)}")
+    for finding in verdict.regressions:  # errors, where errors go when --quiet
+        print(f"regression: {plain(finding.series.name)}: {describe_step(finding.step)}",
+              file=sys.stderr if args.quiet else sys.stdout)
     for finding in verdict.improvements:
         print(f"improvement: {plain(finding.series.name)}: {describe_step(finding.step)}")
     since = f" since {args.since}" if args.since else ""
@@ -167,6 +175,9 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     args = _parser(prog).parse_args(argv)
     command = {"add": _add, "show": _show, "check": _check, "report": _report}[args.command]
     try:
+        if args.quiet:
+            with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere):
+                return command(args)
         return command(args)
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)

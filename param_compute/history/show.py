@@ -10,9 +10,10 @@ labels come from the data: their control characters are printed as escapes (``\\
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, TextIO
+from typing import Iterable, List, Optional, Sequence, TextIO
 
 from param_compute.formatting import format_ms
+from param_compute.plan.summary import cut
 from param_compute.history.series import Series
 from param_compute.history.steps import Step, detect
 
@@ -60,11 +61,12 @@ def series_lines(series: Series, steps: List[Step]) -> List[str]:
     return [plain(series.name), line]
 
 
-def show(all_series: Iterable[Series], out: TextIO, min_change: float) -> int:
-    """Print every series; the number printed."""
+def show(all_series: Iterable[Series], out: TextIO, min_change: float,
+         width: Optional[int] = None) -> int:
+    """Print every series, each line cut at ``width`` (``…``); the number printed."""
     count = 0
     for series in all_series:
         for line in series_lines(series, detect(series.points, min_change)):
-            print(line, file=out)
+            print(cut(line, width), file=out)
         count += 1
     return count

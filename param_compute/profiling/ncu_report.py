@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from param_compute.profiling.profiles import (KernelTable, number, parse_iteration_range,
                                               run_report, to_ns)
+from param_compute.terminal import add_quiet
 
 #: Columns of a ``--page raw`` CSV that describe the launch rather than measure it.
 IDENTITY_COLUMNS = frozenset(("ID", "Process ID", "Process Name", "Host Name", "Kernel Name",
@@ -130,6 +131,7 @@ def build_parser(prog: str = "python -m param_compute.tools.ncu_report") -> argp
                         "'DRAM Throughput', or a raw metric collected with --metrics")
     p.add_argument("--csv", type=Path, metavar="PATH", help="also write every row as CSV")
     p.add_argument("--max-rows", type=int, default=200, help="table rows shown (default 200)")
+    add_quiet(p)
     return p
 
 
@@ -150,7 +152,7 @@ def main(argv: Optional[List[str]] = None,
         except (NcuLogError, csv.Error) as exc:
             problems.append(f"{batch.label}: {batch.file}: {exc}")
 
-    return run_report(args.results, "ncu", join_batch, args.csv, args.max_rows)
+    return run_report(args.results, "ncu", join_batch, args.csv, args.max_rows, args.quiet)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 from param_compute.errors import OptionsError
 from param_compute.profiling.profiles import (BatchRecord, KernelTable, RunPass,
                                               parse_iteration_range, run_report)
+from param_compute.terminal import add_quiet
 
 #: NVTX event types of Nsight Systems' export: push/pop and start/end ranges.
 NVTX_PUSH_POP, NVTX_START_END = 59, 60
@@ -143,6 +144,7 @@ def build_parser(prog: str = "python -m param_compute.tools.nsys_report") -> arg
                    help="nsys, to export reports that have no SQLite file beside them")
     p.add_argument("--csv", type=Path, metavar="PATH", help="also write every row as CSV")
     p.add_argument("--max-rows", type=int, default=200, help="table rows shown (default 200)")
+    add_quiet(p)
     return p
 
 
@@ -158,7 +160,7 @@ def main(argv: Optional[List[str]] = None,
         except ExportError as exc:
             problems.append(f"{batch.label}: {exc}")
 
-    return run_report(args.results, "nsys", join_batch, args.csv, args.max_rows)
+    return run_report(args.results, "nsys", join_batch, args.csv, args.max_rows, args.quiet)
 
 
 if __name__ == "__main__":

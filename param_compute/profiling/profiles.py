@@ -264,12 +264,13 @@ def summary_lines(batches: Sequence[BatchRecord], table: KernelTable,
 
 def run_report(results: Path, kind: str, join_batch: Callable[[BatchRecord, KernelTable,
                                                                 List[str]], None],
-               csv_path: Optional[Path], max_rows: int) -> int:
+               csv_path: Optional[Path], max_rows: int, quiet: bool = False) -> int:
     """The common body of the ncu and nsys reports.
 
     Reads the ``kind`` batch records of ``results``, lets ``join_batch`` add each batch's
-    kernels to one table (noting problems), prints the table and a summary, optionally writes
-    CSV. Exit status: 0, 1 when a batch had a problem, 2 for unusable input.
+    kernels to one table (noting problems), prints the table and a summary (``quiet``: the
+    problems alone, on standard error), optionally writes CSV. Exit status: 0, 1 when a batch
+    had a problem, 2 for unusable input.
     """
     try:
         batches = read_batch_records(results, kind)
@@ -286,13 +287,15 @@ def run_report(results: Path, kind: str, join_batch: Callable[[BatchRecord, Kern
         if batch.status != "ok":
             problems.append(f"{batch.label}: failed ({batch.error or 'no reason recorded'})")
         join_batch(batch, table, problems)
-    from rich.console import Console
+    from param_compute import terminal
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = terminal.console(quiet=quiet)
     if table.rows:
         render(table, console, f"{kind} kernels per run: {results}", max_rows)
     for line in summary_lines(batches, table, problems):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False)
+    for problem in problems if quiet else ():
+        print(f"warning: {problem}", file=sys.stderr)
     if csv_path is not None:
         try:
             write_csv(table, csv_path)
