@@ -51,7 +51,8 @@ def add_quiet(parser: Any) -> None:
 
 def fit_lines(lines: Sequence[str], room: int, rows: Container[int] = ()) -> List[str]:
     """Plain text no wider than ``room``: the lines at the indexes ``rows`` (a table's) cut,
-    the others (prose) wrapped, their continuation indented as they are."""
+    the others (prose) wrapped, their continuation indented as they are; a word longer than
+    ``room`` (a path) stays whole on a line of its own."""
     out: List[str] = []
     for index, line in enumerate(lines):
         if len(line) <= room:
@@ -61,5 +62,5 @@ def fit_lines(lines: Sequence[str], room: int, rows: Container[int] = ()) -> Lis
         else:
             indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
             out.extend(textwrap.wrap(line, room, subsequent_indent=indent[:room // 2],
-                                     break_on_hyphens=False) or [""])
+                                     break_on_hyphens=False, break_long_words=False) or [""])
     return out

@@ -91,3 +91,31 @@ def test_every_documented_tool_starts_from_the_wheel(installed_wheel, tmp_path):
     failed = {name: outcome for name, outcome in results.items() if outcome[0] != 0}
     assert failed == {}
     assert all("usage:" in text for _, text in results.values())
+
+
+# The console script as pip's launcher starts it: the entry point found through the installed
+# distribution's metadata, loaded and called, its return value the exit status.
+CONSOLE_SCRIPT = r"""
+import sys
+from importlib.metadata import entry_points
+(script,) = [e for e in entry_points(group="console_scripts") if e.name == "param-compute"]
+import param_compute
+print("PACKAGE", param_compute.__file__, file=sys.stderr)
+sys.argv = ["param-compute", *sys.argv[1:]]
+sys.exit(script.load()())
+"""
+
+
+def test_the_wheel_installs_the_param_compute_command(installed_wheel, tmp_path):
+    (entry_points,) = installed_wheel.glob("param_compute-*.dist-info/entry_points.txt")
+    assert "param-compute = param_compute.cli.main:main" in entry_points.read_text()
+    env = {"PYTHONPATH": str(installed_wheel), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "PYTHONNOUSERSITE": "1"}
+    for args, first in ((["--help"], "usage: param-compute COMMAND"),
+                        (["run", "--help"], "usage: param-compute run "),
+                        (["history", "show", "--help"], "usage: param-compute history show ")):
+        done = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *args], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.startswith(first), done.stdout[:300]
+        assert f"PACKAGE {installed_wheel}" in done.stderr  # the installed copy ran
