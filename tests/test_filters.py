@@ -144,3 +144,18 @@ def test_k_selects_the_same_runs_in_run_and_in_history(tmp_path):
         keys = [line.split()[0] for line in shown.stdout.splitlines()
                 if line and not line.startswith(" ")]
         assert keys == [f"{op}|{run_id}" for op, run_id in selected], expression
+
+
+def test_the_k_language_binds_not_then_and_then_or_and_reads_globs_and_words():
+    from param_compute.plan.keywords import KeywordError, keyword_matcher
+
+    match = keyword_matcher("mm or add and not bf16")  # mm or (add and (not bf16))
+    assert match(("torch.mm", "bf16")) and match(("torch.add", "f32"))
+    assert not match(("torch.add", "bf16")) and not match(("torch.relu",))
+    assert keyword_matcher("(mm or add) and not bf16")(("torch.add", "f32"))
+    assert not keyword_matcher("(mm or add) and not bf16")(("torch.mm", "bf16"))
+    glob = keyword_matcher("torch.m?")  # a glob matches a whole text; a word, a part of one
+    assert glob(("torch.mm",)) and not glob(("torch.mm|0|0|0",))
+    assert keyword_matcher("TORCH.MM")(("torch.mm|0|0|0",))  # texts come lower-cased
+    with pytest.raises(KeywordError, match=r"^-k: an empty expression$"):
+        keyword_matcher("  ")

@@ -87,21 +87,17 @@ def _parse(expression: str, tokens: List[str]) -> Matcher:
         position += 1
         return token
 
-    def either() -> Matcher:
-        left = both()
-        while peek() == "or":
-            take()
-            right, first = both(), left
-            left = lambda texts, a=first, b=right: a(texts) or b(texts)  # noqa: E731
-        return left
-
-    def both() -> Matcher:
-        left = negated()
-        while peek() == "and":
-            take()
-            right, first = negated(), left
-            left = lambda texts, a=first, b=right: a(texts) and b(texts)  # noqa: E731
-        return left
+    def joined(word: str, operand: Callable[[], Matcher],
+               join: Callable[..., bool]) -> Callable[[], Matcher]:
+        """``operand (word operand)*``: ``or`` is ``any`` of them, ``and`` ``all``."""
+        def parse() -> Matcher:
+            parts = [operand()]
+            while peek() == word:
+                take()
+                parts.append(operand())
+            return parts[0] if len(parts) == 1 else \
+                (lambda texts: join(part(texts) for part in parts))
+        return parse
 
     def nested(parse: Callable[[], Matcher]) -> Matcher:
         nonlocal depth
@@ -134,6 +130,8 @@ def _parse(expression: str, tokens: List[str]) -> Matcher:
             fail(f"unexpected {token!r}")
         return term_matcher(take())
 
+    both = joined("and", negated, all)
+    either = joined("or", both, any)
     if len(tokens) > MAX_TOKENS:
         fail(f"more than {MAX_TOKENS} words, operators and parentheses", KeywordError)
     matcher = either()
