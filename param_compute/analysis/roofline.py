@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from param_compute.dtypes import DIFFERENTIABLE, short_dtype
 from param_compute.plan.runkey import key_of
 from param_compute.plan.summary import config_label, tensors
+from param_compute.results.stats import upper_median
 
 WIDTH, HEIGHT, MARGIN = 680, 420, 60
 LEGEND = 230  # px right of the plot
@@ -54,7 +55,7 @@ def roofline_points(records: Sequence[Dict[str, Any]]
                            "intensity": rates.get("intensity") or 0.0, "flops": flops_rate,
                            "bw_util": rates["bw_util"], "bound": rates.get("bound"),
                            "util": rates.get("util")})
-    bandwidth = sorted(bandwidths)[len(bandwidths) // 2] if bandwidths else None
+    bandwidth = upper_median(bandwidths) if bandwidths else None
     return points, bandwidth, dict(sorted(roofs.items(), key=lambda item: -item[1]))
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 from param_compute.history.series import Point
+from param_compute.results.stats import lower_median, median, upper_median
 
 #: Smallest relative step reported by default (2%).
 MIN_CHANGE = 0.02
@@ -49,20 +50,6 @@ class Step:
         return self.change > 0
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def _lower_median(values: Sequence[float]) -> float:
-    return sorted(values)[(len(values) - 1) // 2]
-
-
-def _upper_median(values: Sequence[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _smoothed_logs(points: Sequence[Point]) -> List[float]:
     """log of the running median of three (the ends keep their own value against one
     neighbour: the median of the end, its neighbour and the neighbour's neighbour's level)."""
@@ -72,8 +59,8 @@ def _smoothed_logs(points: Sequence[Point]) -> List[float]:
         return [math.log(v) for v in values]
     out = [values[0]] + [a + b + c - max(a, b, c) - min(a, b, c)
                          for a, b, c in zip(values, values[1:], values[2:])] + [values[-1]]
-    out[0] = _median([values[0], out[1], 3 * out[1] - 2 * out[2]])
-    out[-1] = _median([values[-1], out[-2], 3 * out[-2] - 2 * out[-3]])
+    out[0] = median([values[0], out[1], 3 * out[1] - 2 * out[2]])
+    out[-1] = median([values[-1], out[-2], 3 * out[-2] - 2 * out[-3]])
     return [math.log(max(v, 1e-300)) for v in out]
 
 
@@ -101,8 +88,8 @@ def _best_split(logs: Sequence[float], start: int, end: int,
 def _noise(logs: Sequence[float]) -> float:
     """The scatter of a series between neighbouring labels (log units, robust: from the
     median absolute difference, so a few steps or outliers do not count)."""
-    differences = sorted(abs(b - a) for a, b in zip(logs, logs[1:]))
-    return 1.4826 * differences[len(differences) // 2] / math.sqrt(2) if differences else 0.0
+    differences = [abs(b - a) for a, b in zip(logs, logs[1:])]
+    return 1.4826 * upper_median(differences) / math.sqrt(2) if differences else 0.0
 
 
 def _penalty(noise: float, n: int, min_change: float) -> float:
@@ -114,8 +101,8 @@ def _penalty(noise: float, n: int, min_change: float) -> float:
 def _judge(points: Sequence[Point], start: int, split: int, end: int, min_change: float,
            noise: float) -> Step | None:
     before, after = points[start:split], points[split:end]
-    level_before = _median([p.median for p in before])
-    level_after = _median([p.median for p in after])
+    level_before = median([p.median for p in before])
+    level_after = median([p.median for p in after])
     if level_before <= 0 or level_after <= 0:
         return None
     change = level_after / level_before - 1
@@ -124,16 +111,16 @@ def _judge(points: Sequence[Point], start: int, split: int, end: int, min_change
     # beyond the scatter between runs (which the runs' own intervals do not see)
     logs_before = [math.log(max(p.median, 1e-300)) for p in before]
     logs_after = [math.log(max(p.median, 1e-300)) for p in after]
-    residuals = sorted([abs(x - math.log(level_before)) for x in logs_before]
-                       + [abs(x - math.log(level_after)) for x in logs_after])
-    scatter = max(noise, 1.4826 * residuals[len(residuals) // 2])
+    residuals = ([abs(x - math.log(level_before)) for x in logs_before]
+                 + [abs(x - math.log(level_after)) for x in logs_after])
+    scatter = max(noise, 1.4826 * upper_median(residuals))
     if abs(math.log(level_after / level_before)) <= SCATTER_Z * scatter * math.sqrt(
             1 / len(before) + 1 / len(after)):
         return None
     if change > 0:
-        real = _lower_median([p.lower for p in after]) > _upper_median([p.upper for p in before])
+        real = lower_median([p.lower for p in after]) > upper_median([p.upper for p in before])
     else:
-        real = _upper_median([p.upper for p in after]) < _lower_median([p.lower for p in before])
+        real = upper_median([p.upper for p in after]) < lower_median([p.lower for p in before])
     if not real:
         return None
     return Step(split, points[split].label, level_before, level_after, change)
@@ -179,5 +166,5 @@ def detect(points: Sequence[Point], min_change: float = MIN_CHANGE,
 
 
 def _plain_change(points: Sequence[Point], start: int, split: int, end: int) -> float:
-    before = _median([p.median for p in points[start:split]])
-    return _median([p.median for p in points[split:end]]) / before - 1 if before > 0 else 0.0
+    before = median([p.median for p in points[start:split]])
+    return median([p.median for p in points[split:end]]) / before - 1 if before > 0 else 0.0

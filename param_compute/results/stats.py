@@ -116,6 +116,26 @@ def median(values: Iterable[float]) -> float:
     return quantile(ordered, 0.5)
 
 
+def _nonempty(values: Iterable[float]) -> List[float]:
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("the median of no values")
+    return ordered
+
+
+def lower_median(values: Iterable[float]) -> float:
+    """The lower of the two middle values (the median itself for an odd count): a robust
+    level that is one of the values."""
+    ordered = _nonempty(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def upper_median(values: Iterable[float]) -> float:
+    """The upper of the two middle values (the median itself for an odd count)."""
+    ordered = _nonempty(values)
+    return ordered[len(ordered) // 2]
+
+
 def summarize(values: Sequence[float]) -> Optional[Dict[str, float]]:
     """n, mean, median, min, max, stdev, p10, p90, iqr, cv and the median's 95% interval
     (``ci_low``, ``ci_high``, ``ci_rel_width`` = its width over the median); None when empty."""

@@ -60,7 +60,7 @@ class WorkloadTotals:
         count = record.count
         if count is None:
             return
-        median = _median(record) if record.status == STATUS_OK else None
+        median = _workload_median(record) if record.status == STATUS_OK else None
         self._add(record.op_name, record.id, median, count, record.original_us, record.config)
 
     def add_json(self, record: dict) -> None:
@@ -118,7 +118,8 @@ class WorkloadTotals:
                 in sorted(self._largest, reverse=True)]
 
 
-def _median(record: RunRecord) -> Optional[float]:
+def _workload_median(record: RunRecord) -> Optional[float]:
+    """The record's median of the workload pass (from its stats)."""
     for one in record.passes:
         if one.name == WORKLOAD_PASS:
             stats = one.stats()  # of every sample, however many the record keeps
