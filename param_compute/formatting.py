@@ -1,4 +1,10 @@
-"""Human-readable numbers shared by the console summary, ``compare`` and ``report``."""
+"""Text for people: times in the unit that reads best, and untrusted text made printable.
+
+Shared by the console summary, ``compare``, ``report``, the spec's and the traces' problem
+messages: :func:`printable` is the one escaping rule for text that comes from a file, a trace,
+a spec or an exception (control characters and terminal escapes shown as the escapes that name
+them, optionally shortened).
+"""
 
 from __future__ import annotations
 
@@ -26,13 +32,19 @@ def cell(value: Any):
     return Text(printable(value))
 
 
-def printable(value: Any) -> str:
-    """Text from a results file for a terminal: control characters as the escapes that name
-    them (a terminal would act on them, a newline would forge a line)."""
+def printable(value: Any, limit: Optional[int] = None) -> str:
+    """Text from a file, a trace, a spec or an exception, for a terminal or a message: every
+    character that is not printable (control characters, the escape that starts a terminal
+    sequence, bidirectional overrides, lone surrogates) as the escape that names it (``\\x1b``,
+    ``\\n``, ``\\u202e``): a terminal would act on them, a newline would forge a line.
+    ``limit``: at most that many characters of the text are shown, then ``...``."""
     text = str(value)
+    cut = limit is not None and len(text) > limit
+    if cut:
+        text = text[:limit]
     if not text.isprintable():
         text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return text
+    return text + "..." if cut else text
 
 
 def file_kind(mode: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 from param_compute.capture.accounting import OriginalTimes
 from param_compute.capture.portable import can_check, missing_kernels
-from param_compute.capture.trace.files import printable
+from param_compute.formatting import printable
 
 
 def time_coverage(captured: List[Tuple[str, OriginalTimes]],
@@ -63,7 +63,7 @@ def summary_lines(workload) -> List[str]:
                          f"tensors (traces are data: only listed pure tensor ops run), their "
                          f"outputs taken as contiguous: {shown}")
     for group in workload.groups():
-        ops = ", ".join(f"{printable(op)} x{n}" for op, n in list(group["ops"].items())[:3])
+        ops = ", ".join(f"{printable(op, 80)} x{n}" for op, n in list(group["ops"].items())[:3])
         more = len(group["ops"]) - 3
         lines.append(f"  not captured: {group['calls']} calls, {group['what']}: {ops}"
                      + (f" and {more} more" if more > 0 else ""))

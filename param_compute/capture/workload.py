@@ -30,7 +30,7 @@ from param_compute.capture.index_rules import index_rules
 from param_compute.capture.meta_ops import registered_overloads
 from param_compute.capture.param_form import noted_configs, param_form_spec
 from param_compute.capture.schema_args import is_view_op, schema_arguments, split_name
-from param_compute.capture.trace.files import printable
+from param_compute.formatting import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
 LOG = logging.getLogger("param_compute.capture")

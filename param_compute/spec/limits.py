@@ -15,6 +15,7 @@ import math
 from typing import Any, List, Optional, Tuple
 
 from param_compute.errors import Problem
+from param_compute.formatting import printable
 
 MAX_NESTING_DEPTH = 64
 #: Values (objects, arrays, strings, numbers, ...) in one spec: a captured model's spec has
@@ -78,21 +79,13 @@ def nesting_depth_problem(value: Any, limit: int = MAX_NESTING_DEPTH):
     return None
 
 
-def _escaped(text: str, limit: int = 60) -> str:
-    """``text`` safe to print: non-printable characters and lone surrogates escaped, shortened."""
-    shown = text if len(text) <= limit else text[:limit] + "..."
-    if shown.isprintable():
-        return shown
-    return repr(shown)[1:-1]
-
-
 def _path_part(key: Any) -> Any:
     """A key as it may appear in a problem's path: printable and short."""
     if isinstance(key, int) and not isinstance(key, bool):
         return key  # an array index
     if isinstance(key, str) and len(key) <= MAX_KEY_LENGTH and key.isprintable():
         return key
-    return _escaped(key) if isinstance(key, str) else repr(key)[:60]
+    return printable(key, 60) if isinstance(key, str) else repr(key)[:60]
 
 
 def _first_bad_character(text: str) -> Optional[str]:
@@ -148,7 +141,7 @@ def _value_problem(node: Any, path: tuple) -> Optional[Problem]:
             return Problem(path, f"string of {len(node)} characters, over the "
                                  f"{MAX_STRING_LENGTH}-character limit")
         if _has_lone_surrogate(node):
-            return Problem(path, f"string '{_escaped(node)}' contains a lone surrogate (not "
+            return Problem(path, f"string '{printable(node, 60)}' contains a lone surrogate (not "
                                  "valid Unicode)", "write the character itself, or a valid "
                                                    "surrogate pair")
         return None
@@ -170,7 +163,7 @@ def _key_problem(key: Any, path: tuple) -> Optional[Problem]:
     if bad:
         what = ("a lone surrogate" if _has_lone_surrogate(key)
                 else f"the non-printable character {bad}")
-        return Problem(path + (_path_part(key),), f"key '{_escaped(key)}' contains {what}",
+        return Problem(path + (_path_part(key),), f"key '{printable(key, 60)}' contains {what}",
                        "keys are names: printable characters only")
     return None
 

@@ -17,6 +17,7 @@ import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute.errors import Problem, SpecError, did_you_mean, format_json_path
+from param_compute.formatting import printable
 from param_compute.spec import fastpath
 from param_compute.spec.data_checks import DataSpecChecks, _Section
 from param_compute.spec.limits import (CUSTOM_ITERATOR_PROBE, MAX_OPERATORS, MAX_PROBLEMS,
@@ -28,7 +29,6 @@ from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker,
 from param_compute.spec.reserved import RESERVED_KEYS, capture_problems, capture_settings
 from param_compute.spec.schema import data_spec_schema_problems, schema_problems
 from param_compute.spec.walker import asl_data_specs
-from param_compute.spec.wording import printable
 
 log = logging.getLogger("param_compute")
 
@@ -208,7 +208,7 @@ class SpecValidator(DataSpecChecks):
                 names = " / ".join(getattr(operator, key) for key in custom)
                 self.problem(path + ("config", index),
                              f"{names} cannot expand this config: {type(exc).__name__}: "
-                             f"{printable(str(exc))}")
+                             f"{printable(exc, 300)}")
 
     def _check_config_entry(self, entry, path, names, resolution: Resolution, bad_paths) -> None:
         for section_key in ("build", "input"):

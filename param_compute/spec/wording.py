@@ -1,4 +1,4 @@
-"""How values from a spec are quoted in problem messages: typed, short and printable."""
+"""How values from a spec are quoted in problem messages: typed and short."""
 
 from __future__ import annotations
 
@@ -24,12 +24,6 @@ def json_type(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
-
-
-def printable(text: str, limit: int = 300) -> str:
-    """Text from elsewhere (an exception message) made safe to print: short, escapes shown."""
-    text = text if len(text) <= limit else text[: limit - 3] + "..."
-    return text if text.isprintable() else repr(text)[1:-1]
 
 
 def short(value: Any, limit: int = 60) -> str:

@@ -18,7 +18,7 @@ import math
 from typing import Any, Dict, List, Optional
 
 from param_compute.capture.accounting import TraceError
-from param_compute.capture.trace.files import printable
+from param_compute.formatting import printable
 
 MAX_PROBLEMS = 20
 _ATTR_TYPES = {"op_schema": (str,), "kernel_backend": (str,), "kernel_file": (str,),
