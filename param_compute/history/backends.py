@@ -15,13 +15,11 @@ effects.
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
-from param_compute.formatting import file_kind
+from param_compute.files import LINK, MISSING, FileRefused, check_regular
 #: The default ``--db``: one SQLite file in the working directory.
 DEFAULT_DB = "param_compute_history.db"
 #: Pages of SQLite's write-ahead log between checkpoints (16384 pages of 4 KiB: 64 MiB).
@@ -145,21 +143,20 @@ class PostgresBackend(Backend):
 def _open_sqlite(path: Path, create: bool) -> SQLiteBackend:
     import sqlite3
 
-    try:
-        if create and stat.S_ISLNK(os.lstat(path).st_mode):
-            raise HistoryError(f"{path}: is a symbolic link; give the database's own path "
-                               "(add never writes through a link)")
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        if not create:
-            raise HistoryError(f"{path}: no history database here (python -m "
-                               "param_compute.history add RESULTS.json creates one)") from None
-        mode = None
-    except OSError as exc:
-        raise HistoryError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    if mode is not None and not stat.S_ISREG(mode):
-        raise HistoryError(f"{path}: is {file_kind(mode)}, not a history database (a regular "
-                           "SQLite file)")
+    def refused(refusal: FileRefused) -> HistoryError:
+        if refusal.code == LINK:
+            return HistoryError(f"{path}: is a symbolic link; give the database's own path "
+                                "(add never writes through a link)")
+        if refusal.code == MISSING:
+            return HistoryError(f"{path}: no history database here (python -m "
+                                "param_compute.history add RESULTS.json creates one)")
+        if refusal.kind is not None:
+            return HistoryError(f"{path}: is {refusal.kind}, not a history database (a "
+                                "regular SQLite file)")
+        return HistoryError(str(refusal))
+
+    # the driver opens it: checked here (a dangling link is a link, refused by add too)
+    check_regular(path, follow_links=not create, missing_ok=create, error=refused)
     try:
         connection = sqlite3.connect(str(path), timeout=60, isolation_level=None)
         connection.execute("PRAGMA trusted_schema = OFF")

@@ -6,9 +6,11 @@ import copy
 import json
 from typing import Any, Dict, List, Optional
 
+from param_compute.files import read_bounded
 from param_compute.lib._engine import resolve_operator, toolchain
 from param_compute.lib.init_helper import get_logger
 from param_compute.plan.iterators import DefaultConfigIterator
+from param_compute.spec.loader import MAX_SPEC_BYTES
 
 
 class OperatorConfig:
@@ -64,8 +66,9 @@ class BenchmarkConfig:
                 self._op_configs.append(config)
 
     def load_json_file(self, config_file_name: str) -> None:
-        with open(config_file_name, encoding="utf-8") as stream:
-            self.bench_config = json.load(stream)
+        # bounded as a spec is (an OSError, as open() raised, when it cannot be read)
+        self.bench_config = json.loads(read_bounded(config_file_name, MAX_SPEC_BYTES,
+                                                    regular_only=False))
         self._process()
 
     def load_json(self, config_json: str) -> None:

@@ -18,13 +18,12 @@ import json
 import math
 import os
 import platform
-import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from param_compute.dtypes import DTYPE_NAMES
 from param_compute.errors import OptionsError
-from param_compute.formatting import file_kind
+from param_compute.files import read_bounded, write_new
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
 #: Largest peaks file or cache read (an entry is a few hundred bytes; the cache one per setup).
@@ -100,23 +99,9 @@ def read_json(path: Path, where: str) -> Any:
     """The JSON value of a peaks file or the cache: a regular file of at most
     ``MAX_PEAKS_BYTES``, opened without blocking (a FIFO is refused, not waited on); anything
     else is an ``OptionsError`` naming ``where``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise OptionsError(f"{where}: is {file_kind(mode)}; peaks are read from a regular file")
-    os.set_blocking(fd, True)
-    try:
-        with os.fdopen(fd, "rb") as stream:
-            data = stream.read(MAX_PEAKS_BYTES + 1)
-    except OSError as exc:
-        raise OptionsError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-    if len(data) > MAX_PEAKS_BYTES:
-        raise OptionsError(f"{where}: over the {MAX_PEAKS_BYTES}-byte limit of a peaks file")
+    data = read_bounded(path, MAX_PEAKS_BYTES, error=lambda refused: OptionsError(
+        f"{where}: {refused.reason}"
+        + ("; peaks are read from a regular file" if refused.kind else "")))
     try:
         return json.loads(data)
     except UnicodeDecodeError as exc:
@@ -191,10 +176,7 @@ def store(key: str, entry: Dict[str, Any], path: Optional[Path] = None) -> Path:
             if _rate_problem("", value, "flops_per_s") is None}
     merged["flops_per_s"] = {**kept, **entry.get("flops_per_s", {})}
     data[key] = merged
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_new(path, json.dumps(data, indent=2, sort_keys=True) + "\n")  # atomic, never via a link
     return path
 
 

@@ -28,11 +28,11 @@ import json
 import logging
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
+from param_compute.files import MISSING, FileRefused, read_bounded, write_new
 from param_compute.operators.names import aten_base_name, op_namespace
 from param_compute.spec.model import Resolution
 
@@ -165,23 +165,15 @@ def load_index() -> Optional[NameIndex]:
     if version is None:
         return None
     path = index_path(version)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+    try:  # a cache: a regular file, no link, bounded; anything else is rebuilt
+        value = json.loads(read_bounded(path, MAX_INDEX_BYTES, follow_links=False))
+    except FileRefused as refused:
+        if refused.code != MISSING:
+            log.debug("operator-name index %s", refused)
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
-            return None
-        with os.fdopen(fd, "rb") as stream:
-            fd = -1
-            value = json.loads(stream.read(MAX_INDEX_BYTES + 1))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         log.debug("operator-name index %s unreadable", path, exc_info=True)
         return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
     return NameIndex.from_json(value, version)
 
 
@@ -231,10 +223,7 @@ def write_index(index: NameIndex) -> Optional[Path]:
     A cache that cannot be written is no error: the next dry run builds it again."""
     path = index_path(index.torch_version)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(index.to_json()), encoding="utf-8")
-        os.replace(temporary, path)
+        write_new(path, json.dumps(index.to_json()))  # atomic: a reader never sees half of it
         for other in path.parent.glob(f"{PREFIX}*.json"):
             if other != path:
                 other.unlink()

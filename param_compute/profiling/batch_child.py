@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from param_compute.files import read_bounded
 from param_compute.plan.runkey import RunKeyError, parse_config_build
 from param_compute.plan.runplan import PlannedRun
 from param_compute.profiling.nsight import BATCH_FORMAT
@@ -31,6 +32,8 @@ from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
 
+#: The largest batch file read (the run's plan for a batch of runs: some KB).
+MAX_BATCH_BYTES = 256 << 20
 _REQUIRED = ("op_name", "config_index", "build_id", "runs", "op_spec", "options")
 
 
@@ -40,7 +43,7 @@ class BatchFileError(Exception):
 
 def read_batch(path: Path) -> Dict[str, Any]:
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(read_bounded(path, MAX_BATCH_BYTES))
     except OSError as exc:
         raise BatchFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:

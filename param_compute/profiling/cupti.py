@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from param_compute.files import read_bounded
+
 log = logging.getLogger("param_compute")
 
 DEFAULT_METRICS = "kineto__cuda_core_flops"
@@ -25,6 +27,8 @@ RANGE_CATEGORY = "cuda_profiler_range"
 #: Trace categories of the ranges that name runs (CPU side and their GPU-side projection).
 _RUN_RANGE_CATEGORIES = ("user_annotation", "gpu_user_annotation")
 UNATTRIBUTED = "(outside any run)"
+#: The largest Kineto trace summarized (as ``capture``'s bound on a trace).
+MAX_TRACE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def _run_key(range_name: str) -> Optional[str]:
 def summarize_trace(trace_file: Path, metrics: Tuple[str, ...]) -> Dict[str, Dict[str, Any]]:
     """Counters of the trace's CUPTI ranges, summed per run id: ``{run: {metric: total,
     "ranges": n}}``; ranges outside every run go under ``UNATTRIBUTED``."""
-    events = json.loads(Path(trace_file).read_text(encoding="utf-8")).get("traceEvents") or []
+    events = json.loads(read_bounded(trace_file, MAX_TRACE_BYTES)).get("traceEvents") or []
     runs: List[Tuple[float, float, str]] = []
     measured = []
     for event in events:

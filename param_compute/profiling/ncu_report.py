@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from param_compute.files import read_bounded
 from param_compute.profiling.profiles import (KernelTable, number, parse_iteration_range,
                                               run_report, to_ns)
 from param_compute.terminal import add_quiet
@@ -30,6 +31,8 @@ from param_compute.terminal import add_quiet
 IDENTITY_COLUMNS = frozenset(("ID", "Process ID", "Process Name", "Host Name", "Kernel Name",
                               "Context", "Stream", "Block Size", "Grid Size", "Device", "CC"))
 DURATION_METRICS = ("Duration", "gpu__time_duration.sum")
+#: The largest ncu log read (a CSV row per kernel launch and metric: a long batch is some MB).
+MAX_LOG_BYTES = 1 << 30
 
 
 class NcuLogError(Exception):
@@ -141,7 +144,7 @@ def main(argv: Optional[List[str]] = None,
 
     def join_batch(batch, table, problems: List[str]) -> None:
         try:
-            text = batch.file.read_text(encoding="utf-8", errors="replace")
+            text = read_bounded(batch.file, MAX_LOG_BYTES).decode("utf-8", "replace")
         except OSError as exc:
             if batch.status == "ok":
                 problems.append(f"{batch.label}: cannot read {batch.recorded_file}: "

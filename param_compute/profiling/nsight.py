@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from param_compute.errors import OptionsError
+from param_compute.files import read_bounded
 from param_compute.runtime.options import RunOptions
 
 log = logging.getLogger("param_compute")
 
 BATCH_FORMAT = "param_compute.batch/1"
 PROFILERS = ("ncu", "nsys")
+#: The largest ``--ncu-args-file`` / ``--nsys-args-file`` read (a few shell words).
+MAX_ARGS_FILE_BYTES = 1 << 20
 
 #: Where Nsight Compute / Systems usually live when they are not on PATH (newest version first
 #: within each pattern).
@@ -83,7 +86,7 @@ def read_args_file(path: Optional[str], flag: str) -> Tuple[str, ...]:
     if not path:
         return ()
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_ARGS_FILE_BYTES).decode("utf-8")
     except OSError as exc:
         raise OptionsError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from None
     try:

@@ -10,7 +10,6 @@ once and every line the tools use is JSON.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,6 @@ from param_compute.results.file import (HEADER, RECORD, LineProblem, ResultsFile
                                         iter_results)
 
 log = logging.getLogger("param_compute")
-
-
-def spec_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 #: Run options that change what a record measures: a resumed file must keep them all.

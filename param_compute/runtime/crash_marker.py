@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Tuple
 
+from param_compute.files import open_write_fd, read_bounded
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.sinks.base import RecordSink
 
@@ -42,11 +43,8 @@ def previous_crash(results: Path) -> Optional[Tuple[str, str]]:
     """``(run key, what killed it)`` when the last run on ``results`` died of a fatal signal
     while executing a run; None otherwise (no marker, a clean end, a kill from outside)."""
     path = marker_path(results)
-    try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        with open(path, "rb") as stream:
-            data = stream.read(_MAX_READ).decode("utf-8", "replace")
+    try:  # a regular file, no link, bounded
+        data = read_bounded(path, _MAX_READ, follow_links=False).decode("utf-8", "replace")
     except OSError:
         return None
     first, _, rest = data.partition("\n")
@@ -77,9 +75,8 @@ class CrashMarker(RecordSink):
     def start(self, total: Optional[int]) -> None:
         if not self.results.is_file():  # results to /dev/null: nothing to resume, no marker
             return
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            self.fd = os.open(self.path, flags, 0o644)
+        try:  # never through a link, nor into a FIFO planted there
+            self.fd = open_write_fd(self.path, truncate=True)
         except OSError as exc:  # the results' own checks decide; this is only a help
             log.warning("cannot keep %s (%s): a crashing config would be run again on resume",
                         self.path, exc.strerror or exc)

@@ -29,10 +29,10 @@ import json
 import logging
 import math
 import os
-import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from param_compute.files import MISSING, FileRefused, LineFile, read_bounded
 from param_compute.plan.runkey import key_of
 from param_compute.results.records import (STATUS_ERROR, STATUS_OK, PassResult, RunError,
                                             RunRecord)
@@ -156,7 +156,8 @@ class RepetitionJournal:
         self.done: Dict[int, Dict[str, RunRecord]] = {}
         #: repetition -> the canary's drift around it (finished repetitions only)
         self.drifts: Dict[int, Optional[float]] = {}
-        self._fd: Optional[int] = None
+        self._file: Optional[LineFile] = None
+        self._failed = False  # given up (cannot be written): said once
         #: bytes of whole entries read back: a resumed attempt appends after them, never
         #: after a cut or damaged line (what it appended would never be read back)
         self._kept = 0
@@ -170,26 +171,11 @@ class RepetitionJournal:
 
     # -- reading ----------------------------------------------------------------------------
     def _load(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.warning("%s: cannot read (%s): its runs are measured again", self.path,
-                        exc.strerror or exc)
-            return
-        with os.fdopen(fd, "rb") as stream:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                log.warning("%s: not a regular file: ignored", self.path)
-                return
-            if info.st_size > MAX_BYTES:  # not read at all
-                log.warning("%s: over %d bytes: ignored", self.path, MAX_BYTES)
-                return
-            data = stream.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES:
-            log.warning("%s: over %d bytes: ignored", self.path, MAX_BYTES)
+        try:  # a regular file, no link, bounded (a larger one is not read at all)
+            data = read_bounded(self.path, MAX_BYTES, follow_links=False)
+        except FileRefused as refused:
+            if refused.code != MISSING:
+                log.warning("%s: its runs are measured again", refused)
             return
         lines = data.split(b"\n")
         for number, line in enumerate(lines[:-1], 1):  # the last piece has no newline: cut
@@ -230,37 +216,31 @@ class RepetitionJournal:
         return True
 
     # -- writing ----------------------------------------------------------------------------
+    def _given_up(self, refused: OSError) -> None:
+        log.warning("cannot keep %s (%s): a killed run would measure its repetitions again",
+                    self.path, getattr(refused, "reason", None) or refused.strerror or refused)
+        self._file = None
+        self._failed = True
+
     def _write(self, entry: Dict[str, Any]) -> None:
-        if self._fd is None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) \
-                | getattr(os, "O_NONBLOCK", 0)  # a FIFO planted since the check: no hang
-            if not self.done and not self.drifts:  # nothing restored: a fresh journal
-                flags |= os.O_TRUNC
-            try:
-                self._fd = os.open(self.path, flags, 0o644)
+        if self._file is None and not self._failed:
+            fresh = not self.done and not self.drifts  # nothing restored: a fresh journal
+            try:  # never through a link; a FIFO planted since the check: refused, no hang
+                self._file = LineFile(self.path, append=True, truncate=fresh)
             except OSError as exc:
-                log.warning("cannot keep %s (%s): a killed run would measure its repetitions "
-                            "again", self.path, exc.strerror or exc)
-                self._fd = -1
-                return
-            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-                os.close(self._fd)
-                self._fd = -1
-                log.warning("%s is not a regular file: not kept", self.path)
+                self._given_up(exc)
                 return
             self._own = True
-            if os.fstat(self._fd).st_size > self._kept:  # a cut or damaged tail: dropped
-                os.ftruncate(self._fd, self._kept)
-        if self._fd < 0:
+            if self._file.size > self._kept:  # a cut or damaged tail: dropped
+                self._file.truncate(self._kept)
+        if self._file is None:
             return
         line = json.dumps(entry, separators=(",", ":")) + "\n"
-        try:
-            os.write(self._fd, line.encode("utf-8"))  # one write: a kill cuts at most this line
+        try:  # one write: a kill cuts at most this line, a full disk none (files.LineFile)
+            self._file.write(line.encode("utf-8"))
         except OSError as exc:  # a full disk: the run goes on, its records still reach the writers
-            log.warning("cannot keep %s (%s): a killed run would measure its repetitions "
-                        "again", self.path, exc.strerror or exc)
-            os.close(self._fd)
-            self._fd = -1
+            self._file.close()
+            self._given_up(exc)
 
     def measured(self, repetition: int, key: str, record: RunRecord) -> None:
         self._write({"repetition": repetition, "run": key,
@@ -271,12 +251,12 @@ class RepetitionJournal:
 
     def close(self, remove: bool) -> None:
         """Stop writing; ``remove``: every record measured reached the writers."""
-        if self._fd is not None and self._fd >= 0:
-            os.close(self._fd)
+        if self._file is not None:
+            self._file.close()
         if remove and self._own:  # never another run's journal, nor one it could not open
             try:
                 if self.path.is_file() and not self.path.is_symlink():
                     self.path.unlink()
             except OSError:
                 pass
-        self._fd = None
+        self._file = None

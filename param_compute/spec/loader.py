@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from param_compute.errors import Problem, SpecError
+from param_compute.files import DIRECTORY, TOO_LARGE, FileRefused, read_bounded
 from param_compute.spec import fastpath
 from param_compute.spec.limits import (MAX_NESTING_DEPTH, MAX_OPERATORS, _DuplicateKeyDict,
                                        _OutOfRangeNumber)
@@ -138,26 +139,18 @@ def read_spec_bytes(path: Path) -> bytes:
     """A spec file's bytes, read once (a FIFO or ``<(cat spec)`` can only be read once: the
     caller hashes these same bytes), bounded by ``MAX_SPEC_BYTES``."""
     source = str(path)
-    try:
-        size = Path(path).stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise SpecError(source, [Problem((), f"spec is {size} bytes, over the "
-                                                 f"{MAX_SPEC_BYTES}-byte limit")])
-        # A bounded read: a FIFO or a device such as /dev/zero has no size to check beforehand.
-        with open(path, "rb") as stream:
-            data = stream.read(MAX_SPEC_BYTES + 1)
-        if len(data) > MAX_SPEC_BYTES:
-            raise SpecError(source, [Problem((), f"spec is over the {MAX_SPEC_BYTES}-byte "
-                                                 "limit")])
-    except SpecError:
-        raise
-    except FileNotFoundError:
-        raise SpecError(source, [Problem((), "no such file")]) from None
-    except IsADirectoryError:
-        raise SpecError(source, [Problem((), "is a directory, not a spec file")]) from None
-    except OSError as exc:
-        raise SpecError(source, [Problem((), f"cannot read: {exc.strerror}")]) from None
-    return data
+
+    def refused(refusal: FileRefused) -> SpecError:
+        reason = refusal.reason
+        if refusal.code == DIRECTORY:
+            reason = "is a directory, not a spec file"
+        elif refusal.code == TOO_LARGE:
+            reason = f"spec is {reason}"
+        return SpecError(source, [Problem((), reason)])
+
+    # Bounded, FIFOs and devices included (read within the same limit: /dev/zero has no size
+    # to check beforehand; a FIFO's open waits for its writer, as a shell's <(...) needs).
+    return bytes(read_bounded(path, MAX_SPEC_BYTES, regular_only=False, error=refused))
 
 
 def spec_from_bytes(data: bytes, source: str) -> Any:

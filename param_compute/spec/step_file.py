@@ -40,12 +40,11 @@ after its last reader.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from param_compute.errors import Problem, SpecError
+from param_compute.files import read_bounded, write_new
 from param_compute.spec.wording import short
 
 FORMAT = "param_compute.step"
@@ -83,8 +82,6 @@ def step_path(spec_path: Path) -> Path:
 
 
 def write_step_file(path: Path, data: Dict[str, Any]) -> Path:
-    from param_compute.files import write_new  # never through a planted link
-
     path = Path(path)
     body = {"format": FORMAT, "version": VERSION, **data}
     write_new(path, json.dumps(body, separators=(",", ":")) + "\n")
@@ -92,23 +89,10 @@ def write_step_file(path: Path, data: Dict[str, Any]) -> Path:
 
 
 def _read_bytes(path: Path) -> bytes:
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise StepFileError(str(path), [Problem((), f"cannot open: {exc.strerror}")]) from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise StepFileError(str(path), [Problem((), "not a regular file")])
-    with os.fdopen(fd, "rb") as stream:
-        if info.st_size > MAX_STEP_BYTES:
-            raise StepFileError(str(path), [Problem((), f"{info.st_size} bytes, over the "
-                                                    f"{MAX_STEP_BYTES} byte limit")])
-        raw = stream.read(MAX_STEP_BYTES + 1)
-    if len(raw) > MAX_STEP_BYTES:
-        raise StepFileError(str(path), [Problem((), f"over the {MAX_STEP_BYTES} byte limit")])
-    return raw
+    """The step file's bytes: a regular file (a FIFO never blocks the open) of at most
+    ``MAX_STEP_BYTES`` (``files.read_bounded``)."""
+    return read_bounded(path, MAX_STEP_BYTES, error=lambda refused: StepFileError(
+        str(path), [Problem((), refused.reason)]))
 
 
 def _refuse_constant(name: str) -> Any:

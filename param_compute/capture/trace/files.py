@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import stat
 import tarfile
 import zlib
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from param_compute.capture.accounting import TraceError
-from param_compute.formatting import file_kind
+from param_compute.files import FileRefused, open_regular, read_at_most
+from param_compute.formatting import printable
 
 #: Bytes of JSON text (decompressed) one trace or Kineto file may hold.
 MAX_TRACE_BYTES = 2 * 2**30
@@ -35,7 +34,6 @@ MAX_TRACE_BYTES = 2 * 2**30
 MAX_ARCHIVE_MEMBERS = 10_000
 #: Nesting levels of a trace's JSON.
 MAX_TRACE_DEPTH = 100
-_CHUNK = 16 * 2**20
 _TAR_MAGIC = slice(257, 262)
 
 
@@ -46,49 +44,24 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def printable(text: str, limit: int = 80) -> str:
-    """A name from a file, safe to print (control characters escaped) and short."""
-    text = str(text)
-    text = text if len(text) <= limit else text[:limit] + "..."
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
 def _cap_problem(max_bytes: int, what: str = "JSON text") -> str:
     return (f"over the {format_bytes(max_bytes)} cap on a trace's {what} (decompressed); "
             "raise it with --max-trace-bytes SIZE if the file is trusted")
 
 
-def open_regular(path: Path):
-    """A binary stream of ``path``, which must be a regular file (else ``TraceError``, without
-    blocking on a FIFO or reading a device)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise TraceError(path, ["no such file"]) from None
-    except IsADirectoryError:
-        raise TraceError(path, ["is a directory, not a trace file"]) from None
-    except OSError as exc:
-        raise TraceError(path, [f"cannot open: {exc.strerror or exc}"]) from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise TraceError(path, [f"is {file_kind(mode)}, not a regular file; traces are read "
-                                "from regular files only"])
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+def _refused(refused: FileRefused) -> TraceError:
+    reason = refused.reason
+    if refused.kind is not None:
+        reason += "; traces are read from regular files only"
+    return TraceError(refused.path, [reason])
 
 
-def read_capped(stream, max_bytes: int, source: Any, what: str = "JSON text") -> bytearray:
+def read_capped(stream, max_bytes: int, source: Any, what: str = "JSON text"):
     """All of ``stream``, or ``TraceError`` as soon as it holds more than ``max_bytes``."""
-    data = bytearray()
-    while True:
-        chunk = stream.read(min(_CHUNK, max_bytes + 1 - len(data)))
-        if not chunk:
-            return data
-        data += chunk
-        if len(data) > max_bytes:
-            raise TraceError(source, [_cap_problem(max_bytes, what)])
+    data = read_at_most(stream, max_bytes)
+    if data is None:
+        raise TraceError(source, [_cap_problem(max_bytes, what)])
+    return data
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -138,7 +111,7 @@ def parse_json(data, source: Any) -> Any:
     if (type(value) is dict or type(value) is list) and _deeper_than(value, MAX_TRACE_DEPTH):
         where = _deep_place(value, MAX_TRACE_DEPTH)
         raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (at "
-                                  f"{printable(where)})"])
+                                  f"{printable(where, 80)})"])
     return value
 
 
@@ -157,10 +130,10 @@ def _archive_json(stream, path: Path, max_bytes: int) -> Any:
         if not members:
             raise TraceError(path, ["the archive holds no .json file"])
         if len(members) > 1:  # resources beside the trace (kernel sources) are not JSON
-            names = ", ".join(printable(m.name) for m in members[:5])
+            names = ", ".join(printable(m.name, 80) for m in members[:5])
             raise TraceError(path, [f"the archive holds {len(members)} .json files ({names}); "
                                     "pass one trace"])
-        source = f"{path} ({printable(members[0].name)})"
+        source = f"{path} ({printable(members[0].name, 80)})"
         member = archive.extractfile(members[0])
         return parse_json(read_capped(member, max_bytes, source), source)
 
@@ -171,7 +144,7 @@ def read_json(path, max_bytes: Optional[int] = None) -> Any:
     lists. Errors (``TraceError``) name the file (and the member)."""
     path = Path(path)
     max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
-    with open_regular(path) as stream:
+    with open_regular(path, error=_refused) as stream:  # a FIFO or device: refused unread
         try:
             magic = stream.read(262)
             stream.seek(0)
