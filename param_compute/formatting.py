@@ -8,7 +8,6 @@ them, optionally shortened).
 
 from __future__ import annotations
 
-import stat
 from typing import Any, Optional
 
 
@@ -45,15 +44,3 @@ def printable(value: Any, limit: Optional[int] = None) -> str:
     if not text.isprintable():
         text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
     return text + "..." if cut else text
-
-
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular one is (``os.stat`` mode), for refusals: "a
-    directory", "a FIFO", "a device", "a socket" or "not a regular file"."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"

@@ -12,6 +12,7 @@ import torch
 
 import param_compute
 from conftest import (EXAMPLES, REPO, read_results, run_cli, simple_op, tensor, write_spec)
+from param_compute.results.file import FORMAT_VERSION
 from param_compute.data.generator import DefaultDataGenerator, seed_for_run, seed_generators
 
 LIGHT_SPECS = ["simple_add", "simple_add_range", "simple_mm", "simple_mm_range", "mm",
@@ -191,13 +192,16 @@ def test_results_file_layout_and_output_prefix_naming(tmp_path):
     [path] = list(tmp_path.glob("bench_*.json"))
     assert re.fullmatch(r"bench_\d+_\d+\.json", path.name)
     header, runs, finish = read_results(path)
-    assert set(header) == {"run_options", "sys_info", "start_time"}
+    assert set(header) == {"kind", "format_version", "run_options", "sys_info", "start_time"}
+    assert list(header)[:2] == ["kind", "format_version"] and header["kind"] == "header"
+    assert header["format_version"] == FORMAT_VERSION
     assert header["run_options"]["iteration"] == 3
     assert header["run_options"]["pass_type"] == "ExecutionPass.FORWARD"  # PARAM's form
     assert header["sys_info"]["pytorch_version"] == torch.__version__
     assert json.loads(json.dumps(header)) == header  # plain JSON values only
     [run] = runs
     assert set(run) >= {"op_name", "id", "status", "metric", "stats", "config"}
+    assert next(iter(run)) == "kind" and run["kind"] == "run" and finish["kind"] == "finish"
     assert set(run["stats"]["forward"]) >= {"n", "mean", "median", "min", "max", "stdev",
                                             "p10", "p90"}
     assert set(finish) >= {"finish_time"}

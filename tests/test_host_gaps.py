@@ -306,12 +306,13 @@ def test_fault_counting_passes_run_no_clock_no_events_and_no_cover(monkeypatch):
 def test_ledger_shows_the_real_steps_time_outside_its_ops(real_us, kept, outside, noted):
     from test_step_replay import _record
     from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
+    from param_compute.results.file import upgraded
 
     line = {"step_replay": {"stats": {"median": 1.5}, "configs": {},
                             "host_gaps": {"kept": kept, "added_us": 500.0 if kept else 0.0}}}
     if real_us is not None:
         line["step_replay"]["real_step_us"] = real_us
-    ledger = build_ledger([_record("aten::mm", "0|0|0", 0.4, 2, original=500.0)], [(5, line)],
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 0.4, 2, original=500.0)], upgraded(line),
                           {"device": "cpu"})
     assert ledger["original_ms"] == pytest.approx(1.0)
     assert ledger["outside_ops_ms"] == (pytest.approx(outside) if outside else None)

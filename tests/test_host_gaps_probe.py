@@ -174,17 +174,18 @@ def test_ctrl_c_in_a_long_wait_stops_the_run_at_once_and_keeps_the_isolated_resu
 def test_ledger_shows_host_gaps_only_as_part_of_the_step_they_were_waited_in(gaps, shown):
     from test_step_replay import _record
     from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
+    from param_compute.results.file import upgraded
 
     line = {"step_replay": {"stats": {"median": 2.0}, "host_gaps": gaps, "configs": {}}}
-    ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)], [(5, line)],
+    ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)], upgraded(line),
                           {"device": "cpu"})
     assert ledger["host_gaps_ms"] == (pytest.approx(shown) if shown is not None else None)
     json.dumps(ledger, allow_nan=False)
     text, html = format_ledger(ledger), ledger_section(ledger)
     assert ("host gaps kept" in text) is (shown is not None)
     assert ("host gaps kept" in html) is (shown is not None)
-    without = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2)], [(5, {"step_replay": {
-        "host_gaps": gaps}})])  # no step time: nothing it is part of
+    without = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2)], upgraded({"step_replay": {
+        "host_gaps": gaps}}))  # no step time: nothing it is part of
     assert without["host_gaps_ms"] is None
 
 

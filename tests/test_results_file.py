@@ -36,7 +36,7 @@ def test_header_records_finish_and_other_lines(tmp_path):
     assert read.header == HEADER and read.headers == [HEADER]
     assert [r["id"] for r in read.records] == ["0|0|0_0", "0|0|0_1", "0|0|0_2"]
     assert read.record_lines == [2, 3, 7]  # the blank line 5 counts, and is no problem
-    assert read.extras == [(4, batch)] and read.markers == [resume]
+    assert read.batches == [(4, batch)] and read.extras == [] and read.markers == [resume]
     assert read.finish == {"finish_time": "t2", "runs_ok": 3}
     assert read.problems == [] and not read.torn_line
     assert read.run_options == {"device": "cpu"} and read.sys_info == {"hostname": "h"}
@@ -164,7 +164,7 @@ def test_writer_create_append_resume_and_finish(tmp_path):
     writer, cut = ResultsWriter.resume(path, {"resume_time": "t3"})
     writer.close()
     assert cut is not None and cut.line == 7
-    assert read_results(path).markers == [{"resume_time": "t3"}]
+    assert read_results(path).markers == [{"kind": "resume", "resume_time": "t3"}]
     # a whole file at once (merge); a line break inside a value stays inside its line
     write_results(tmp_path / "m.json", HEADER, [dict(record(0), note="a\nb")],
                   {"finish_time": "t"})
@@ -182,7 +182,7 @@ def test_scan_lines_streams_one_line_at_a_time(tmp_path):
     write(path, line(HEADER), line(record(0)), "{oops\n")
     scanned = list(scan_lines(path))
     assert [s.number for s in scanned] == [1, 2, 3]
-    assert [s.kind for s in scanned] == ["header", "record", None]
+    assert [s.kind for s in scanned] == ["header", "run", None]
     assert scanned[2].problem.offset == len(line(HEADER)) + len(line(record(0)))
 
 

@@ -20,6 +20,7 @@ from param_compute.capture.step.dataflow import StepRecorder
 from param_compute.spec.step_file import (StepFileError, read_step_file, step_path,
                                              validate_step, write_step_file)
 from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_section
+from param_compute.results.file import upgraded
 
 
 def _capture(function, path: Path):
@@ -362,7 +363,7 @@ def test_ledger_sets_original_in_step_and_isolated_side_by_side():
                      "not_captured": [{"op": "aten::_embedding_bag", "calls": 2,
                                        "original_us": {"cpu": 2000.0, "device": 0.0}}],
                      "how": {"file": "kineto.json"}}}}
-    ledger = build_ledger(records[:-1], [(3, {"other": 1}), (9, step)], {"device": "cpu"})
+    ledger = build_ledger(records[:-1], upgraded(step), {"device": "cpu"})
     assert ledger["in_step_ms"] == 9.0 and ledger["real_step_ms"] == 10.0
     assert ledger["isolated_ms"] == pytest.approx(4 + 1 + 1 + 0.1 + 1)
     assert ledger["original_ms"] == 12.0 and ledger["covered_fraction"] == pytest.approx(10 / 12)
@@ -468,7 +469,7 @@ def test_live_originals_time_each_op_in_place_and_the_step_unprofiled(tmp_path):
 ])
 def test_ledger_reads_a_damaged_step_line_without_failing(line):
     ledger = build_ledger([_record("aten::mm", "0|0|0", 1.0, 2, original=100.0)],
-                          [(5, line)])
+                          upgraded(line))
     assert ledger["in_step_ms"] is None and ledger["isolated_ms"] == 2.0
     assert ledger["ops"][0]["in_step_ms"] in (None, 1.0)  # a bad call count: the record's
     format_ledger(ledger)
@@ -495,7 +496,7 @@ def test_ledger_takes_no_hostile_number_from_a_results_file(tmp_path, config, st
                _record("aten::relu", "0|0|0", _HUGE, 2, original=-1e3)]
     line = {"step_replay": {"stats": {"median": 2.0}, **step,
                             "configs": {"aten::mm|0|0|0": config, "aten::relu|0|0|0": config}}}
-    ledger = build_ledger(records, [(5, line)], {"device": "cpu"})
+    ledger = build_ledger(records, upgraded(line), {"device": "cpu"})
     text = json.dumps(ledger, allow_nan=False)  # no inf or nan anywhere
     shown = format_ledger(ledger)
     assert "inf" not in shown and "nan" not in shown and "\x1b" not in shown, shown
@@ -680,7 +681,7 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
                            "original_faults": 12},
         "aten::mm|0|0|1": {"in_step_us": 1000.0, "calls": 1, "faults": 3}},
         "original": {"how": {"file": "live timing (unprofiled)"}}}}
-    ledger = build_ledger(records, [(5, step)], {"device": "cpu"})
+    ledger = build_ledger(records, upgraded(step), {"device": "cpu"})
     rows = {row["op"]: row for row in ledger["ops"]}
     bn = rows["aten::native_batch_norm_backward"]
     assert (bn["original_faults"], bn["in_step_faults"]) == (1568, 0)
@@ -697,7 +698,7 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     # the reverse: the replay faults where the original reused memory, and is slower
     step["step_replay"]["configs"]["aten::gelu|0|0|0"].update(in_step_us=6000.0, faults=4000,
                                                               original_faults=0)
-    rows = {row["op"]: row for row in build_ledger(records, [(5, step)])["ops"]}
+    rows = {row["op"]: row for row in build_ledger(records, upgraded(step))["ops"]}
     assert rows["aten::gelu"]["reason"] == "allocation"
     # originals timed in place: a small call reading long is the timer's; a long one is not
     live = [_record("aten::gelu", "0|0|0", 0.01, 8, original=19.0),
@@ -706,7 +707,7 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
         "aten::gelu|0|0|0": {"in_step_us": 11.0, "calls": 8},
         "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}},
         "original": {"how": {"file": "live timing (unprofiled)"}}}}
-    rows = {row["op"]: row for row in build_ledger(live, [(1, timed)])["ops"]}
+    rows = {row["op"]: row for row in build_ledger(live, upgraded(timed))["ops"]}
     assert rows["aten::gelu"]["reason"] == "profiler"
     assert rows["aten::mm"]["reason"] == "cache"
     # slower in the step than isolated: allocation only where the step touches fresh pages
@@ -714,20 +715,20 @@ def test_ledger_names_page_faults_as_the_cause_of_a_gap():
     gap = {"step_replay": {"stats": {"median": 5.0}, "configs": {
         "aten::relu|0|0|0": {"in_step_us": 3000.0, "calls": 1, "faults": 0},
         "aten::gelu|0|0|0": {"in_step_us": 3000.0, "calls": 1, "faults": 1568}}}}
-    rows = {row["op"]: row for row in build_ledger(iso, [(1, gap)])["ops"]}
+    rows = {row["op"]: row for row in build_ledger(iso, upgraded(gap))["ops"]}
     assert (rows["aten::relu"]["reason"], rows["aten::gelu"]["reason"]) == ("cache",
                                                                             "allocation")
     # the HTML report's table: in-step / original and the faults of both sides
     from param_compute.analysis.report_workload import _per_op
     from param_compute.results.totals import WorkloadTotals
 
-    html = _per_op(WorkloadTotals(), build_ledger(records, [(5, step)], {"device": "cpu"}))
+    html = _per_op(WorkloadTotals(), build_ledger(records, upgraded(step), {"device": "cpu"}))
     assert "in-step / original" in html and "page faults per step, original / in-step" in html
     assert ">1568/0<" in html
     # without counts the table has no faults column
     plain = {"step_replay": {"stats": {"median": 1.0}, "configs": {
         "aten::mm|0|0|0": {"in_step_us": 1000.0, "calls": 2}}}}
-    assert "faults" not in format_ledger(build_ledger(records[2:3], [(1, plain)]))
+    assert "faults" not in format_ledger(build_ledger(records[2:3], upgraded(plain)))
 
 
 # -- lifetimes: outputs kept as long as the original kept them ----------------------------------

@@ -23,12 +23,13 @@ faults and the direction of the gap:
 * ``cache``: any other gap between in-step and isolated or original (inputs written long
   before in the step, hot and alone in isolation).
 
-Torch-free: it reads the results file's records and its ``step_replay`` line.
+Torch-free: it reads the results file's run records and its step record (the step replay's,
+``results.file``'s typed reader hands both).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional
 
 from param_compute.formatting import printable
 from param_compute.terminal import fit_lines
@@ -105,12 +106,22 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
     return ""
 
 
-def _step_line(extras: Iterable[Tuple[int, Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
-    found = None
-    for _, value in extras:
-        if isinstance(value, dict) and isinstance(value.get("step_replay"), dict):
-            found = value["step_replay"]
-    return found
+def _object(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _step_fields(record: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """What the ledger reads of a step record: its ``step`` details with the step's ``stats``
+    (the forward pass's) and its error's text beside them."""
+    record = _object(record)
+    step = dict(_object(record.get("step")))
+    step["stats"] = _object(_object(record.get("stats")).get("forward"))
+    error = record.get("error")
+    if error is not None:
+        error = _object(error)
+        step["error"] = ": ".join(str(part) for part in (error.get("type"), error.get("message"))
+                                  if part is not None)
+    return step
 
 
 def _calls(value: Any) -> Optional[int]:
@@ -136,12 +147,12 @@ def ledger_fields(record: Dict[str, Any]) -> Dict[str, Any]:
             "stats": {"forward": {"median": forward.get("median")}}}
 
 
-def build_ledger(records: Iterable[Dict[str, Any]],
-                 extras: Iterable[Tuple[int, Dict[str, Any]]] = (),
+def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any]] = None,
                  run_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The ledger of a results file (its records, other lines and header's run options)."""
+    """The ledger of a results file: its run records, its step record (the last, if any) and
+    its header's run options."""
     device_side = str((run_options or {}).get("device") or "cpu").startswith("cuda")
-    step = _step_line(extras) or {}
+    step = _step_fields(step)
     in_step_configs = step.get("configs") if isinstance(step.get("configs"), dict) else {}
     ops: Dict[str, Dict[str, Any]] = {}
     partial = set()
@@ -249,7 +260,7 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
         "host_gaps_kept": gaps.get("kept") is True,
         "covered_fraction": _ratio(captured_ms, original_ms),
         "original_side": side,
-        "step_replay": {key: _calls(step[key]) if key != "error" else printable(step[key])[:500]
+        "step_replay": {key: _calls(step[key]) if key != "error" else printable(step[key], 500)
                         for key in ("calls", "replayed_calls", "iterations", "fed_inputs",
                                     "dataflow_mismatches", "failed_calls", "error")
                         if key in step} or None,

@@ -251,6 +251,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
                  png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
     """(the HTML text, the sweeps plotted). A stream is read once and what is kept is bounded
     (module docstring); a captured workload's totals keep a few numbers per run."""
+    # the run records (a stream keeps its step record as it passes them: ``results.step``)
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
     table, roof = _Kept(TABLE_ROWS), _Kept(ROOF_POINTS)
     by_op: Dict[str, _Kept] = {}
@@ -287,7 +288,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
         for kept in captured.values():
             totals.add_json(_uncaptured(kept))
         parts.append(workload_html(totals, build_ledger(
-            (_uncaptured(kept) for kept in captured.values()), results.extras,
+            (_uncaptured(kept) for kept in captured.values()), results.step,
             results.run_options)))
         del captured
     sweeps: List[Sweep] = []

@@ -48,13 +48,17 @@ def join_rounds(paths: Sequence[Path], out: Path, extra_header: Dict[str, Any]) 
     round adds after them), a finish line with the counts. Returns the number of runs."""
     rounds = [_read(Path(path)) for path in paths]
     by_run: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    for results in rounds:
+    by_step: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for results in rounds:  # run records and step records, each by its run key
         for record in results.records:
             by_run.setdefault(run_of(record), []).append(record)
+        for _, record in results.steps:
+            by_step.setdefault(run_of(record), []).append(record)
     lines = [join_records(records) for records in by_run.values()]
     header = dict(rounds[0].header, **extra_header)
     ok = sum(1 for line in lines if line.get("status", "ok") == "ok")
     finish = {"finish_time": datetime.now().isoformat(timespec="seconds"), "runs_ok": ok,
               "runs_failed": len(lines) - ok, "rounds": len(rounds)}
-    write_results(out, header, lines, finish)
+    write_results(out, header, lines + [join_records(records) for records in by_step.values()],
+                  finish)
     return len(lines)

@@ -76,7 +76,7 @@ def main(argv: Optional[List[str]] = None,
     """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
     time per op beside the original time (from ``original_us``), the file read once. Exit 2:
     unreadable file; lines of wrong types are warned (file, line, field) and left out."""
-    from param_compute.results.file import ResultsFileError, stream_results
+    from param_compute.results.file import RUN, ResultsFileError, stream_results
 
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -93,16 +93,18 @@ def main(argv: Optional[List[str]] = None,
     kept = {}  # what the ledger reads of each run (its latest record): a few numbers
     try:  # one pass; unusable lines (a count that is no number...) warned with file and line
         results = stream_results(args.results)
-        for _, record in results:
-            totals.add_json(record)
-            kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
+        for line in results.lines():  # the step record is kept as it passes (results.step)
+            if line.kind == RUN:
+                record = line.value
+                totals.add_json(record)
+                kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
     except (OSError, ResultsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if results.problem_count:
         print(f"warning: {results.problem_count} line(s) of {args.results} not used (listed "
               "above)", file=sys.stderr)
-    ledger = build_ledger(kept.values(), results.extras, results.run_options)
+    ledger = build_ledger(kept.values(), results.step, results.run_options)
     del kept
     if args.json:
         import json

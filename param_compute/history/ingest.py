@@ -175,7 +175,7 @@ class _StepTotals:
     def points(self, stream: ResultsStream):
         if not self.kept:
             return
-        ledger = build_ledger(self.kept.values(), stream.extras, stream.run_options)
+        ledger = build_ledger(self.kept.values(), stream.step, stream.run_options)
         workload = Path(str(stream.run_options.get("config_file") or "workload")).name[:100]
         isolated = _number(ledger.get("isolated_ms"))
         if isolated is not None:
@@ -185,11 +185,7 @@ class _StepTotals:
                    len(self.kept))
         in_step = _number(ledger.get("in_step_ms"))
         if in_step is not None:
-            stats = {}
-            for _, value in stream.extras:
-                if isinstance(value, dict) and isinstance(value.get("step_replay"), dict):
-                    stats = value["step_replay"].get("stats") or {}
-            stats = stats if isinstance(stats, dict) else {}
+            stats = ((stream.step or {}).get("stats") or {}).get("forward") or {}
             yield ((STEP_OP, config_key(["step", workload, "in-step"]), "in-step"),
                    ("step", f"step|{workload}", f"{workload}: in-step replay"), in_step,
                    _number(stats.get("ci_low")), _number(stats.get("ci_high")),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from param_compute.errors import OptionsError
+from param_compute.results.file import header_line
 from param_compute.results.records import add_param_header_keys
 from param_compute.results.sinks.console import SORT_COLUMNS, SUMMARY_ROWS
 from param_compute.results.sinks.console import max_rows as max_rows_value
@@ -120,8 +121,9 @@ class RunHeader:
     shard: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> Dict[str, Any]:
-        """The header line: ``run_options`` (the options' JSON form, the spec file and its
-        hash, PARAM's ``cmd_args``), ``sys_info``, ``start_time``, ``shard`` where sharded."""
+        """The header line: ``kind`` and ``format_version``, ``run_options`` (the options' JSON
+        form, the spec file and its hash, PARAM's ``cmd_args``), ``sys_info``, ``start_time``,
+        ``shard`` where sharded."""
         run_options = self.options.to_json()
         run_options["config_file"] = self.config_file
         run_options["spec_sha256"] = self.spec_sha256
@@ -130,5 +132,5 @@ class RunHeader:
         add_param_header_keys(header, self.cmd_args)
         if self.shard is not None:
             header["shard"] = self.shard
-        return header
+        return header_line(header)  # its kind and the format version first, as written
 

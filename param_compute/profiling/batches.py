@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from param_compute.errors import EXIT_RUN_FAILED
+from param_compute.files import write_new
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_config_build, key_of
 from param_compute.profiling.nsight import (BATCH_FORMAT, PROFILERS, BatchSettings, Profiler,
@@ -65,21 +66,20 @@ BATCH_DIR_PREFIX = "param_compute_batch_"
 def unprofiled_runs(results: Path) -> set:
     """Keys of the measured runs in a results file that no profiler batch line follows: their
     run was killed before their batch was profiled (``--resume`` profiles them again)."""
-    from param_compute.results.file import RECORD, ResultsFileError, iter_results
+    from param_compute.results.file import (BATCH, HEADER, RESUME, RUN, ResultsFileError,
+                                            iter_results)
 
     pending: List[str] = []
     uncovered: set = set()
     try:
         for line in iter_results(results):
-            if line.value is None:
-                continue
             value = line.value
-            if line.kind == RECORD:
+            if line.kind == RUN:
                 if value.get("status") == STATUS_OK:
                     pending.append(key_of(value["op_name"], value["id"]))
-            elif any(f"{kind}_file" in value for kind in PROFILERS):
+            elif line.kind == BATCH:
                 pending.clear()  # a batch line: the runs before it were profiled (or tried)
-            elif "run_options" in value or "resume_time" in value:
+            elif line.kind in (HEADER, RESUME):
                 uncovered.update(pending)  # an attempt ended without profiling these
                 pending.clear()
     except (OSError, ResultsFileError):
@@ -236,7 +236,7 @@ class BatchProfiler(RecordSink):
         first, last = runs[0], runs[-1]
         prefix = f"[{kind} batch {number}]"
         record: Dict[str, Any] = {
-            f"{kind}_file": str(output), f"{kind}_cmd_str": "", "config": None,
+            "kind": "batch", f"{kind}_file": str(output), f"{kind}_cmd_str": "", "config": None,
             "start_run_id": first.id, "end_run_id": last.id, "batch": number,
             "runs": len(runs), "batch_cuda_device": self.settings.cuda_device}
         directory = private_directory(BATCH_DIR_PREFIX)  # private (0700), named with our pid
@@ -245,8 +245,7 @@ class BatchProfiler(RecordSink):
             try:
                 output.parent.mkdir(parents=True, exist_ok=True)
                 batch_file = directory / "batch.json"
-                batch_file.write_text(json.dumps(self.batch_document(runs, options, kind)),
-                                      encoding="utf-8")
+                write_new(batch_file, json.dumps(self.batch_document(runs, options, kind)))
                 command = profiler.command(output, self.child_command(batch_file))
                 record[f"{kind}_cmd_str"] = shlex.join(command)
                 record["config"] = self.param_config(runs, options)

@@ -116,7 +116,7 @@ def read_batch_records(results: Path, kind: str) -> List[BatchRecord]:
     """The ``kind`` batch lines of a results file, in order (read with ``results.file``;
     damaged lines are printed as warnings). Raises ``ResultsFileError``."""
     read = read_results_warned(results)
-    return [_batch_record(kind, value, read.path) for _, value in read.extras
+    return [_batch_record(kind, value, read.path) for _, value in read.batches
             if f"{kind}_file" in value]
 
 

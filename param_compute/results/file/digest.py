@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from param_compute.results.file.reading import PathLike, _open_regular
+from param_compute.results.file.reading import PathLike, open_results
 
 _BLOCK = 1 << 20
 
@@ -14,7 +14,7 @@ def file_digest(path: PathLike) -> str:
     """The SHA-256 of a results file's bytes, read in blocks; only a regular file is opened
     (:class:`ResultsFileError` otherwise, as every reader here)."""
     digest = hashlib.sha256()
-    with _open_regular(Path(path)) as stream:
+    with open_results(Path(path)) as stream:
         while True:
             block = stream.read(_BLOCK)
             if not block:

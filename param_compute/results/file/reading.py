@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from param_compute.results.file.schema import (FINISH, HEADER, RECORD, RESUME, line_kind,
-                                               schema_problem)
-
-from param_compute.formatting import file_kind
+from param_compute.files import FileRefused, open_regular
 from param_compute.plan.runkey import key_of
+from param_compute.results.file.schema import (BATCH, FINISH, HEADER, RESUME, RUN, STEP,
+                                               line_kind, schema_problem, upgraded)
 
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
 #: every measured time of its passes; 64 MiB is some millions of them.
@@ -47,39 +45,31 @@ class LineProblem:
 
 @dataclass
 class Line:
-    """One scanned line: its JSON object, or the problem that makes it unusable."""
+    """One scanned line: its JSON object and its kind (``HEADER``, ``RUN``, ``STEP``...: the
+    line's own ``kind``, or the kind its keys say in a file written before kinds), or the
+    problem that makes it unusable (and no kind)."""
 
     number: int
     offset: int
     size: int
     value: Optional[Dict[str, Any]] = None
     problem: Optional[LineProblem] = None
-
-    @property
-    def kind(self) -> Optional[str]:
-        return None if self.value is None else line_kind(self.value)
+    kind: Optional[str] = None
 
 
 # --- reading --------------------------------------------------------------------------------
 
-def _open_regular(path: Path):
-    """A binary stream of a regular file; ResultsFileError for anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ResultsFileError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ResultsFileError(f"{path}: is a directory, not a results file") from None
-    except OSError as exc:
-        raise ResultsFileError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise ResultsFileError(f"{path}: is {file_kind(mode)}, not a regular file; a results "
-                               "file is a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+def _refused(refused: FileRefused) -> ResultsFileError:
+    reason = refused.reason
+    if refused.kind is not None:
+        reason += "; a results file is a regular file"
+    return ResultsFileError(f"{refused.path}: {reason}")
+
+
+def open_results(path: PathLike, update: bool = False):
+    """A binary stream of a results file (``update``: to cut its torn tail too): a regular
+    file only, never waited on (``files.open_regular``); ResultsFileError for anything else."""
+    return open_regular(path, update=update, error=_refused)
 
 
 def _skip_rest(stream) -> Tuple[int, bool]:
@@ -93,7 +83,7 @@ def _skip_rest(stream) -> Tuple[int, bool]:
 
 
 def _parse(raw: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
-    """(object, None) or (None, what is wrong)."""
+    """(object, None) or (None, what is wrong); an old line in today's shape (``upgraded``)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -110,7 +100,7 @@ def _parse(raw: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         kind = {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
             type(value), "number")
         return None, f"a JSON {kind}, not an object"
-    return value, None
+    return upgraded(value), None
 
 
 def scan_lines(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator[Line]:
@@ -121,7 +111,7 @@ def scan_lines(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator
     path = Path(path)
     if max_line_bytes is None:
         max_line_bytes = MAX_LINE_BYTES
-    with _open_regular(path) as stream:
+    with open_results(path) as stream:
         number = offset = 0
         while True:
             raw = stream.readline(max_line_bytes)
@@ -145,12 +135,10 @@ def scan_lines(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator
             if why is None:
                 why = schema_problem(value)
                 if why is None:
-                    yield Line(number, start, size, value)
+                    yield Line(number, start, size, value, kind=line_kind(value))
                     continue
                 ended = True  # whole JSON of the wrong shape: damaged, not torn
-            if why is None:
-                yield Line(number, start, size, value)
-            elif not ended:  # the last line, without a line break, not whole: torn
+            if not ended:  # the last line, without a line break, not whole: torn
                 yield Line(number, start, size, problem=LineProblem(
                     number, start, size, f"torn last line (no line break, {why}): a run "
                                          "killed mid-write", torn=True))
@@ -189,13 +177,15 @@ class ResultsFile:
 
     path: Path
     header: Dict[str, Any]
-    records: List[Dict[str, Any]] = field(default_factory=list)
+    records: List[Dict[str, Any]] = field(default_factory=list)  # run records
     finish: Optional[Dict[str, Any]] = None  # the last finish line
     headers: List[Dict[str, Any]] = field(default_factory=list)  # every header (appended files)
     finishes: List[Dict[str, Any]] = field(default_factory=list)
     record_lines: List[int] = field(default_factory=list)  # line number of each record
     markers: List[Dict[str, Any]] = field(default_factory=list)  # resume lines
-    extras: List[Tuple[int, Dict[str, Any]]] = field(default_factory=list)  # other lines
+    steps: List[Tuple[int, Dict[str, Any]]] = field(default_factory=list)  # step records
+    batches: List[Tuple[int, Dict[str, Any]]] = field(default_factory=list)  # profiler lines
+    extras: List[Tuple[int, Dict[str, Any]]] = field(default_factory=list)  # lines of no kind
     problems: List[LineProblem] = field(default_factory=list)  # torn last line included
 
     @property
@@ -210,6 +200,11 @@ class ResultsFile:
     def damaged(self) -> List[LineProblem]:
         """Problems other than a torn last line."""
         return [p for p in self.problems if not p.torn]
+
+    @property
+    def step(self) -> Optional[Dict[str, Any]]:
+        """The last step record (the step replay's), if any."""
+        return self.steps[-1][1] if self.steps else None
 
     @property
     def sys_info(self) -> Dict[str, Any]:
@@ -232,13 +227,16 @@ ProblemHandler = Callable[[Path, LineProblem], None]
 
 
 class ResultsStream:
-    """One pass over a results file, a record at a time: memory bounded by the number of runs
-    (the duplicate check keeps each run's key), not by records or bytes.
+    """The typed reader: one pass over a results file, a line at a time, memory bounded by the
+    number of runs (the duplicate check keeps each run's key), not by records or bytes.
 
-    Opening reads the header (:class:`ResultsFileError` if the file is not a results file);
-    iterating yields ``(line number, record)`` for each usable run record, in file order, and
-    collects the other lines (``headers``, ``finishes``, ``markers``, ``extras``). Each
-    unusable line (damaged, wrong types, a duplicate run within one run) is passed to
+    Opening reads the header (:class:`ResultsFileError` if the file is not a results file).
+    :meth:`lines` yields every usable line after it as a :class:`Line` with its number and
+    kind (``HEADER``, ``RUN``, ``STEP``, ``FINISH``, ``RESUME``, ``BATCH`` or ``OTHER``), in
+    file order; iterating the stream itself yields ``(line number, record)`` for the run
+    records only. Either way the other lines are collected as they pass (``headers``,
+    ``finishes``, ``markers``, ``steps``, ``batches``, ``extras``). Each unusable line
+    (damaged, wrong types, a garbled step line, a duplicate run within one run) is passed to
     ``on_problem`` as it is met and counted in ``problem_count``; the first
     :data:`MAX_KEPT_PROBLEMS` are kept in ``problems``.
     """
@@ -250,6 +248,8 @@ class ResultsStream:
         self.headers: List[Dict[str, Any]] = []
         self.finishes: List[Dict[str, Any]] = []
         self.markers: List[Dict[str, Any]] = []
+        self.steps: List[Tuple[int, Dict[str, Any]]] = []
+        self.batches: List[Tuple[int, Dict[str, Any]]] = []
         self.extras: List[Tuple[int, Dict[str, Any]]] = []
         self.problems: List[LineProblem] = []
         self.problem_count = 0
@@ -267,6 +267,11 @@ class ResultsStream:
         return self.finishes[-1] if self.finishes else None
 
     @property
+    def step(self) -> Optional[Dict[str, Any]]:
+        """The last step record read so far."""
+        return self.steps[-1][1] if self.steps else None
+
+    @property
     def run_options(self) -> Dict[str, Any]:
         return self.header.get("run_options") or {}
 
@@ -281,11 +286,14 @@ class ResultsStream:
         if self.on_problem is not None:
             self.on_problem(self.path, problem)
 
-    def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    def lines(self) -> Iterator[Line]:
+        """Every usable line after the first header, typed (see the class's doc)."""
         if self._started:
             raise RuntimeError(f"{self.path}: a results stream is read once")
         self._started = True
         seen: Dict[Tuple[str, str], int] = {}
+        collected = {FINISH: self.finishes, RESUME: self.markers}
+        numbered = {STEP: self.steps, BATCH: self.batches}
         for line in self._lines:
             if line.problem is not None:
                 self._problem(line.problem)
@@ -294,7 +302,7 @@ class ResultsStream:
             if kind == HEADER:
                 self.headers.append(line.value)
                 seen = {}  # one run (header to finish): each op|id once
-            elif kind == RECORD:
+            elif kind == RUN:
                 key = (line.value["op_name"], line.value["id"])
                 if key in seen:
                     self._problem(LineProblem(
@@ -304,13 +312,16 @@ class ResultsStream:
                 seen[key] = line.number
                 self.records_read += 1
                 self.line = line
-                yield line.number, line.value
-            elif kind == FINISH:
-                self.finishes.append(line.value)
-            elif kind == RESUME:
-                self.markers.append(line.value)
+            elif kind in collected:
+                collected[kind].append(line.value)
             else:
-                self.extras.append((line.number, line.value))
+                numbered.get(kind, self.extras).append((line.number, line.value))
+            yield line
+
+    def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        for line in self.lines():
+            if line.kind == RUN:
+                yield line.number, line.value
 
 
 class LineReader:
@@ -330,7 +341,7 @@ class LineReader:
             if len(self._open) >= self.max_open:
                 oldest = next(iter(self._open))
                 self._open.pop(oldest).close()
-            stream = _open_regular(path)
+            stream = open_results(path)
         self._open[path] = stream  # the most recently used last
         stream.seek(offset)
         raw = stream.read(size)
@@ -370,9 +381,9 @@ def read_results(path: PathLike, max_line_bytes: Optional[int] = None) -> Result
     for number, record in stream:
         out.records.append(record)
         out.record_lines.append(number)
-    out.headers, out.finishes = stream.headers, stream.finishes
-    out.markers, out.extras, out.problems = stream.markers, stream.extras, problems
-    out.finish = stream.finish
+    out.headers, out.finishes, out.markers = stream.headers, stream.finishes, stream.markers
+    out.steps, out.batches, out.extras = stream.steps, stream.batches, stream.extras
+    out.problems, out.finish = problems, stream.finish
     return out
 
 

@@ -5,17 +5,17 @@ See :mod:`param_compute.results.file` for the format and the rules.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import stat
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
+from param_compute.files import MISSING, FileRefused, LineFile, open_regular
 from param_compute.results.file.reading import (_CHUNK, MAX_LINE_BYTES, LineProblem, PathLike,
                                                 ResultsFileError, _parse)
+from param_compute.results.file.schema import FINISH, FORMAT_VERSION, HEADER, RESUME, RUN
 
 #: Sync policies of :class:`ResultsWriter`: flush lines only (the OS writes them out), also
 #: fsync the header and the finish line (default), or fsync every flushed line.
@@ -44,6 +44,22 @@ def encode_line(value: Dict[str, Any]) -> str:
     return _ENCODER.encode(value) + "\n"
 
 
+def with_kind(value: Dict[str, Any], kind: Optional[str]) -> Dict[str, Any]:
+    """``value`` saying its ``kind`` first (as it is where it says one already, or where no
+    kind is given)."""
+    if kind is None or "kind" in value:
+        return value
+    return {"kind": kind, **value}
+
+
+def header_line(header: Dict[str, Any]) -> Dict[str, Any]:
+    """A header as this version writes it: its kind and the format version first (whatever
+    version a header read from another file said)."""
+    return {"kind": HEADER, "format_version": FORMAT_VERSION,
+            **{key: value for key, value in header.items()
+               if key not in ("kind", "format_version")}}
+
+
 def _last_line_start(stream, end: int) -> int:
     """Offset just after the last line break before ``end`` (0 when there is none)."""
     position = end
@@ -62,16 +78,13 @@ def repair_tail(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Optiona
     """Make a results file safe to append to: cut a torn last line off (returned: where it was,
     its size), or end a whole last line that lacks its line break. No-op on a missing file."""
     path = Path(path)
-    try:
-        stream = open(path, "r+b")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ResultsFileError(f"{path}: cannot open for appending: {exc.strerror or exc}"
-                               ) from None
+    try:  # never through a link, nor a FIFO or device
+        stream = open_regular(path, follow_links=False, update=True)
+    except FileRefused as refused:
+        if refused.code == MISSING:
+            return None
+        raise ResultsFileError(f"{path}: cannot append to it: {refused.reason}") from None
     with stream:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            raise ResultsFileError(f"{path}: not a regular file")
         end = stream.seek(0, os.SEEK_END)
         if end == 0:
             return None
@@ -97,14 +110,18 @@ def repair_tail(path: PathLike, max_line_bytes: int = MAX_LINE_BYTES) -> Optiona
 class ResultsWriter:
     """Writes one results file: a header (or a resume marker), lines, a finish line.
 
-    Every line is encoded whole and written with one ``write`` inside ``critical()`` (a signal
-    guard: the line is complete before a signal is handled). ``write(value, flush=False)``
-    leaves a line to the stream's buffer (cheap lines by the hundred thousand, such as dry-run
-    records); the buffer only ever holds whole lines. ``sync`` (``SYNC_*``) says which flushed
-    lines are also fsynced.
+    Every line says its kind (the header its format version too): the header, resume marker
+    and finish line get theirs here, a run's record has its own (``RunRecord.to_json``), and
+    ``write(value, kind=...)`` gives one to a line without. Every line is encoded whole and
+    written inside ``critical()`` (a signal guard: the line is complete before a signal is
+    handled) through a :class:`files.LineFile` (never through a link; a full disk cuts the file
+    back to its last whole line and is a ``ResultsFileError`` naming it).
+    ``write(value, flush=False)`` leaves a line to be written with later ones (cheap lines by
+    the hundred thousand, such as dry-run records); only whole lines are ever held. ``sync``
+    (``SYNC_*``) says which flushed lines are also fsynced.
     """
 
-    def __init__(self, path: PathLike, stream, sync: str = SYNC_ENDS,
+    def __init__(self, path: PathLike, stream: LineFile, sync: str = SYNC_ENDS,
                  critical: Optional[Callable[[], ContextManager]] = None):
         if sync not in (SYNC_NONE, SYNC_ENDS, SYNC_EVERY):
             raise ValueError(f"sync must be one of none, ends, every; got {sync!r}")
@@ -115,14 +132,13 @@ class ResultsWriter:
         self.lines = 0
 
     @classmethod
-    def _open(cls, path: PathLike, mode: str, sync: str, critical) -> "ResultsWriter":
+    def _open(cls, path: PathLike, append: bool, sync: str, critical) -> "ResultsWriter":
         path = Path(path)
-        flags = (os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                 | (os.O_APPEND if "a" in mode else os.O_TRUNC))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Never through a symbolic link (one planted at the results' name is refused).
-            stream = os.fdopen(os.open(path, flags, 0o644), mode, encoding="utf-8")
+            stream = LineFile(path, append=append, truncate=not append)
+        except FileRefused as refused:
+            raise ResultsFileError(f"{path}: cannot write: {refused.reason}") from None
         except OSError as exc:
             raise ResultsFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
         return cls(path, stream, sync, critical)
@@ -134,8 +150,8 @@ class ResultsWriter:
         a torn last line cut off first)."""
         if append:
             repair_tail(path)
-        writer = cls._open(path, "a" if append else "w", sync, critical)
-        writer.write(header, durable=True)
+        writer = cls._open(path, append, sync, critical)
+        writer.write(header_line(header), durable=True)
         return writer
 
     @classmethod
@@ -144,34 +160,37 @@ class ResultsWriter:
         """Continue a results file: repair its tail, append the resume ``marker``. Returns the
         writer and the torn line cut off, if any."""
         cut = repair_tail(path)
-        writer = cls._open(path, "a", sync, critical)
-        writer.write(marker, durable=True)
+        writer = cls._open(path, True, sync, critical)
+        writer.write(marker, durable=True, kind=RESUME)
         return writer, cut
 
-    def write(self, value: Dict[str, Any], flush: bool = True, durable: bool = False) -> None:
-        """One whole line; ``flush``: to the OS now; ``durable``: to the disk now (with the
-        policy ``ends``; ``every`` makes every flushed line durable, ``none`` none)."""
-        line = encode_line(value)
+    def write(self, value: Dict[str, Any], flush: bool = True, durable: bool = False,
+              kind: Optional[str] = None) -> None:
+        """One whole line (``kind``: the kind of a line that does not say one); ``flush``: to
+        the OS now; ``durable``: to the disk now (with the policy ``ends``; ``every`` makes
+        every flushed line durable, ``none`` none)."""
+        line = encode_line(with_kind(value, kind)).encode("utf-8")
         with self.critical():
-            self.stream.write(line)
-            self.lines += 1
-            if flush or durable:
-                self.stream.flush()
-                if self.sync == SYNC_EVERY or (durable and self.sync == SYNC_ENDS):
-                    try:
-                        os.fsync(self.stream.fileno())
-                    except OSError as exc:  # /dev/null and the like cannot be synced
-                        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EROFS):
-                            raise
+            try:
+                self.stream.write(line, flush=flush or durable)
+                self.lines += 1
+                if (flush or durable) and (
+                        self.sync == SYNC_EVERY or (durable and self.sync == SYNC_ENDS)):
+                    self.stream.sync()
+            except FileRefused as refused:
+                raise ResultsFileError(str(refused)) from None
 
     def finish(self, value: Dict[str, Any]) -> None:
         """The finish line (made durable), then close."""
-        self.write(value, durable=True)
+        self.write(value, durable=True, kind=FINISH)
         self.close()
 
     def close(self) -> None:
         if self.stream is not None and not self.stream.closed:
-            self.stream.close()
+            try:
+                self.stream.close()
+            except FileRefused as refused:
+                raise ResultsFileError(str(refused)) from None
 
     @property
     def closed(self) -> bool:
@@ -180,11 +199,12 @@ class ResultsWriter:
 
 def write_results(path: PathLike, header: Dict[str, Any], lines: List[Dict[str, Any]],
                   finish: Dict[str, Any], sync: str = SYNC_ENDS) -> None:
-    """A whole results file at once (a merge): header, lines, finish line."""
+    """A whole results file at once (a merge): header, lines (a line that says no kind is a
+    run's record), finish line."""
     writer = ResultsWriter.create(path, header, sync=sync)
     try:
         for value in lines:
-            writer.write(value, flush=False)
+            writer.write(value, flush=False, kind=RUN)
         writer.finish(finish)
     finally:
         writer.close()
