@@ -87,7 +87,9 @@ def test_a_file_without_kinds_is_read_with_its_kinds_guessed(tmp_path):
                        {"resume_time": "t1"}, record(1), old_step(),
                        {"note": "a sink's own line"}, {"finish_time": "t2"})
     read = read_results(path)
-    assert read.problems == [] and [r["id"] for r in read.records] == ["0|0|0", "1|0|0"]
+    assert read.problems == [] and read.record_lines == [2, 5, 6]  # the step record is one
+    assert [(r["op_name"], r["id"]) for r in read.records] == [
+        ("aten::mm", "0|0|0"), ("aten::mm", "1|0|0"), ("step_replay", "0|0|0")]
     assert read.batches == [(3, {"ncu_file": "r_ncu_1.csv", "start_run_id": "0|0|0"})]
     assert read.markers == [{"resume_time": "t1"}] and read.finish == {"finish_time": "t2"}
     assert read.extras == [(7, {"note": "a sink's own line"})]
@@ -95,8 +97,9 @@ def test_a_file_without_kinds_is_read_with_its_kinds_guessed(tmp_path):
     assert number == 6
     assert {key: step[key] for key in ("kind", "op_name", "id", "status")} == {
         "kind": "step", "op_name": "step_replay", "id": "0|0|0", "status": "ok"}
-    assert step["stats"] == {"forward": {"n": 3, "median": 5.0, "ci_low": 4.9, "ci_high": 5.2}}
-    assert step["metric"] == {"forward": {"measure.time": [5.0, 5.2, 4.9]}}
+    assert step["stats"] == {"step": {"n": 3, "median": 5.0, "ci_low": 4.9, "ci_high": 5.2}}
+    assert step["metric"] == {"step": {"measure.time": [5.0, 5.2, 4.9]}}
+    assert step["config"] == {"input": {"step_file": "w.step.json", "calls": 4}}
     assert step["step"]["configs"] == {"aten::mm|0|0|0": {"in_step_us": 1200.0, "calls": 2}}
     assert step["step"]["calls"] == 4 and "stats" not in step["step"]
 
@@ -111,16 +114,16 @@ def test_an_old_failed_step_replay_reads_as_an_error_record(tmp_path):
 
 
 def test_the_kind_a_line_says_wins_over_its_keys(tmp_path):
-    """A line that says its kind is never guessed: a step record has op_name and id, yet is no
-    run; a line of a kind this version does not know is reported, not used."""
+    """A line that says its kind is never guessed: a step record is a record with its step's
+    details; a line of a kind this version does not know is reported, not used."""
     step = {"kind": "step", "op_name": "step_replay", "id": "0|0|0", "status": "ok",
-            "metric": {}, "stats": {"forward": {"median": 2.0}}, "config": {},
+            "metric": {}, "stats": {"step": {"median": 2.0}}, "config": {},
             "step": {"configs": {}}}
     path = write_lines(tmp_path / "r.json", dict(HEADER, kind="header", format_version=2),
                        dict(record(0), kind="run"), step,
                        {"kind": "future", "op_name": "x", "id": "1|0|0"})
     read = read_results(path)
-    assert [r["id"] for r in read.records] == ["0|0|0"] and read.steps == [(3, step)]
+    assert read.records == [dict(record(0), kind="run"), step] and read.steps == [(3, step)]
     [problem] = read.problems
     assert problem.line == 4 and problem.reason.startswith(
         "a line of unknown kind ('future'; this version reads header, run, step, finish")
@@ -129,7 +132,7 @@ def test_the_kind_a_line_says_wins_over_its_keys(tmp_path):
 GARBLED = [  # (the line, what the warning says after FILE:LINE:)
     (old_step(calls=-1), "step record's step.calls is not a whole number"),
     ({"kind": "step", "op_name": "step_replay", "id": "0|0|0", "status": "ok",
-      "stats": {"forward": {"median": 5.0}}, "config": {},
+      "stats": {"step": {"median": 5.0}}, "config": {},
       "step": {"configs": {"aten::mm|0|0|0": {"in_step_us": "fast"}}}},
      "step record's step.configs[aten::mm|0|0|0].in_step_us is not a number"),
     ({"step_replay": "done"}, "step line's step_replay is not an object"),
@@ -151,14 +154,14 @@ def test_a_garbled_step_line_is_warned_with_file_and_line_by_every_tool(tmp_path
             assert done.returncode == 0, (module, done.stderr)
             assert warning in done.stderr, (module, done.stderr)
         stream = ResultsStream(path)
-        assert [kind for kind in (line.kind for line in stream.lines())] == ["run", "finish"]
+        assert [line.kind for line in stream.lines()] == ["run", "finish"]
         assert stream.steps == [] and stream.problem_count == 1
 
 
 def test_the_ledger_reads_the_step_record_old_or_new(tmp_path):
     new = {"kind": "step", "op_name": "step_replay", "id": "0|0|0", "status": "ok",
-           "metric": {"forward": {"measure.time": [5.0]}},
-           "stats": {"forward": {"n": 1, "median": 5.0}}, "config": {},
+           "metric": {"step": {"measure.time": [5.0]}},
+           "stats": {"step": {"n": 1, "median": 5.0}}, "config": {},
            "step": {"calls": 4, "configs": {"aten::mm|0|0|0": {"in_step_us": 1200.0,
                                                                "calls": 2}}}}
     for name, step in (("old", old_step()), ("new", new)):
@@ -167,17 +170,25 @@ def test_the_ledger_reads_the_step_record_old_or_new(tmp_path):
         assert done.returncode == 0 and done.stderr == "", done.stderr
         ledger = json.loads(done.stdout)
         assert ledger["in_step_ms"] == 5.0 and ledger["step_replay"]["calls"] == 4
+        assert ledger["step_replay"]["iterations"] == {"old": 3, "new": 1}[name]
         [row] = ledger["ops"]
         assert row["in_step_ms"] == 2.4 and row["isolated_ms"] == 2.0
 
 
-def test_joined_rounds_keep_the_step_record(tmp_path):
+def test_joined_rounds_keep_the_step_record(tmp_path, capsys):
+    """ab's rounds read through the typed reader: an old round's step line is joined as the
+    step record it reads as."""
     rounds = [write_lines(tmp_path / f"a{i}.json", HEADER, record(0, 1.0 + i), old_step())
               for i in range(2)]
     out = tmp_path / "a.json"
-    assert join_rounds(rounds, out, {}) == 1
+    assert join_rounds(rounds, out, {}) == 2
     read = read_results(out)
     assert [line["kind"] for line in lines_of(out)] == ["header", "run", "step", "finish"]
     [(_, step)] = read.steps
-    assert step["metric"]["forward"]["measure.time"] == [5.0, 5.2, 4.9] * 2
-    assert step["stats"]["forward"]["repetition_medians"] == [5.0, 5.0]
+    assert step["metric"]["step"]["measure.time"] == [5.0, 5.2, 4.9] * 2
+    assert step["stats"]["step"]["repetition_medians"] == [5.0, 5.0]
+    assert step["step"]["configs"] == {"aten::mm|0|0|0": {"in_step_us": 1200.0, "calls": 2}}
+    garbled = write_lines(tmp_path / "a2.json", HEADER, record(0), old_step(calls=-1))
+    assert join_rounds(rounds + [garbled], out, {}) == 2  # its run joined, its step said
+    assert f"{garbled}:3: step record's step.calls is not a whole number" in \
+        capsys.readouterr().err

@@ -35,6 +35,7 @@ from param_compute.formatting import printable
 from param_compute.terminal import fit_lines
 from param_compute.plan.runkey import key_of
 from param_compute.results.fields import MAX_NUMBER, measured
+from param_compute.results.file import STEP_PASS
 
 #: Ratios within 1/AGREE .. AGREE count as agreeing.
 AGREE = 1.25
@@ -112,10 +113,12 @@ def _object(value: Any) -> Dict[str, Any]:
 
 def _step_fields(record: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """What the ledger reads of a step record: its ``step`` details with the step's ``stats``
-    (the forward pass's) and its error's text beside them."""
+    (its ``step`` pass's: how many steps, their median), and its error's text beside them."""
     record = _object(record)
     step = dict(_object(record.get("step")))
-    step["stats"] = _object(_object(record.get("stats")).get("forward"))
+    step["stats"] = _object(_object(record.get("stats")).get(STEP_PASS))
+    if "iterations" not in step and _calls(step["stats"].get("n")) is not None:
+        step["iterations"] = step["stats"]["n"]
     error = record.get("error")
     if error is not None:
         error = _object(error)

@@ -27,7 +27,7 @@ from param_compute.errors import OptionsError
 from param_compute.formatting import format_ms
 from param_compute.plan.summary import config_label
 from param_compute.results.fields import measured_passes, pass_throughput
-from param_compute.results.file import (ResultsFile, ResultsFileError, ResultsStream,
+from param_compute.results.file import (STEP, ResultsFile, ResultsFileError, ResultsStream,
                                         stream_results)
 from param_compute.analysis.html_page import definitions, e as _e, page
 from param_compute.analysis.ledger import build_ledger, ledger_fields
@@ -273,7 +273,8 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
         table.offer(key, text)
         if record.get("throughput"):
             roof.offer(key, text)
-        if record.get("count") is None:  # captured configs are observed, not ranged
+        # captured configs are observed, not ranged; the step replay's record is no sweep
+        if record.get("count") is None and record.get("kind") != STEP:
             mine = by_op.get(key[0])
             if mine is None and runs["sweep"] < SWEEP_RUNS_ALL:
                 mine = by_op[key[0]] = _Kept(SWEEP_RUNS)

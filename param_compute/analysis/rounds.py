@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from param_compute.results.combine import combine
 from param_compute.results.fields import run_of
-from param_compute.results.file import read_results, write_results
+from param_compute.results.file import read_results_warned, write_results
 from param_compute.results.records import RunRecord
 
 
@@ -37,7 +37,7 @@ def _read(path: Path):
     from param_compute.results.file import ResultsFileError
 
     try:
-        return read_results(path)
+        return read_results_warned(path)  # each unusable line said: FILE:LINE: what
     except ResultsFileError as exc:
         raise RoundsError(str(exc)) from None
 
@@ -48,17 +48,13 @@ def join_rounds(paths: Sequence[Path], out: Path, extra_header: Dict[str, Any]) 
     round adds after them), a finish line with the counts. Returns the number of runs."""
     rounds = [_read(Path(path)) for path in paths]
     by_run: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    by_step: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    for results in rounds:  # run records and step records, each by its run key
+    for results in rounds:  # the records (the step replay's too), each by its run key
         for record in results.records:
             by_run.setdefault(run_of(record), []).append(record)
-        for _, record in results.steps:
-            by_step.setdefault(run_of(record), []).append(record)
     lines = [join_records(records) for records in by_run.values()]
     header = dict(rounds[0].header, **extra_header)
     ok = sum(1 for line in lines if line.get("status", "ok") == "ok")
     finish = {"finish_time": datetime.now().isoformat(timespec="seconds"), "runs_ok": ok,
               "runs_failed": len(lines) - ok, "rounds": len(rounds)}
-    write_results(out, header, lines + [join_records(records) for records in by_step.values()],
-                  finish)
+    write_results(out, header, lines, finish)
     return len(lines)

@@ -27,8 +27,8 @@ from param_compute.history.store import HistoryStore, SeriesKey
 from param_compute.plan.runkey import key_of
 from param_compute.plan.summary import config_label
 from param_compute.results.fields import measured_passes
-from param_compute.results.file import (LineProblem, ResultsFileError, ResultsStream,
-                                        file_digest)
+from param_compute.results.file import (STEP_PASS, LineProblem, ResultsFileError,
+                                        ResultsStream, file_digest)
 from param_compute.analysis.ledger import build_ledger, ledger_fields
 
 #: Points written per ``executemany``.
@@ -185,7 +185,7 @@ class _StepTotals:
                    len(self.kept))
         in_step = _number(ledger.get("in_step_ms"))
         if in_step is not None:
-            stats = ((stream.step or {}).get("stats") or {}).get("forward") or {}
+            stats = ((stream.step or {}).get("stats") or {}).get(STEP_PASS) or {}
             yield ((STEP_OP, config_key(["step", workload, "in-step"]), "in-step"),
                    ("step", f"step|{workload}", f"{workload}: in-step replay"), in_step,
                    _number(stats.get("ci_low")), _number(stats.get("ci_high")),

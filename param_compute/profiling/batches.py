@@ -66,7 +66,7 @@ BATCH_DIR_PREFIX = "param_compute_batch_"
 def unprofiled_runs(results: Path) -> set:
     """Keys of the measured runs in a results file that no profiler batch line follows: their
     run was killed before their batch was profiled (``--resume`` profiles them again)."""
-    from param_compute.results.file import (BATCH, HEADER, RESUME, RUN, ResultsFileError,
+    from param_compute.results.file import (BATCH, HEADER, RECORDS, RESUME, ResultsFileError,
                                             iter_results)
 
     pending: List[str] = []
@@ -74,7 +74,7 @@ def unprofiled_runs(results: Path) -> set:
     try:
         for line in iter_results(results):
             value = line.value
-            if line.kind == RUN:
+            if line.kind in RECORDS:
                 if value.get("status") == STATUS_OK:
                     pending.append(key_of(value["op_name"], value["id"]))
             elif line.kind == BATCH:

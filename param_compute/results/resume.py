@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Set
 from param_compute.errors import OptionsError
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
-from param_compute.results.file import (HEADER, RECORD, LineProblem, ResultsFileError,
+from param_compute.results.file import (HEADER, RECORDS, LineProblem, ResultsFileError,
                                         iter_results)
 
 log = logging.getLogger("param_compute")
@@ -142,7 +142,7 @@ def scan_results(path: Path) -> ResumeState:
                     state.damaged.append(line.problem)
                 continue
             kind = line.kind
-            if kind == RECORD:
+            if kind in RECORDS:  # a config's run or the step replay's
                 key = key_of(line.value["op_name"], line.value["id"])
                 state.completed.add(key)
                 counts = [len(p["repetition_medians"]) for p in

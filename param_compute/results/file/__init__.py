@@ -3,8 +3,9 @@
 A results file is JSON Lines, every line an object that says its kind (``"kind"``, first): a
 header ``{"kind": "header", "format_version": 2, run_options, sys_info, start_time, ...}``,
 one ``"run"`` record per run ``{op_name, id, status, ...}``, the step replay's ``"step"``
-record (a run record, ``op_name`` ``step_replay``, whose ``step`` object holds the replay's
-details: calls, configs, host gaps, the original's totals...) and a ``"finish"`` line
+record (a run record, ``op_name`` ``step_replay``, its times the ``step`` pass's, whose
+``step`` object holds the replay's details: calls, configs, host gaps, the original's
+totals...) and a ``"finish"`` line
 ``{finish_time, ...}``. Appended files (``-a``) hold several header/finish pairs, resumed files
 a ``"resume"`` marker ``{resume_time, ...}``, and ``--ncu``/``--nsys`` runs a ``"batch"`` line
 ``{ncu_file | nsys_file, ...}`` between run lines.
@@ -14,13 +15,13 @@ Format versions: 2 (this one) gives every line its ``kind`` and the header its
 ``format_version``: our files before, and PARAM's) is still read: a line without a ``kind``
 has it guessed from its keys as before (``schema.line_kind``, only there), and an old
 ``{"step_replay": {...}}`` line is read as the step record it would be today
-(``schema.upgraded``: its ``stats`` and ``step_ms`` as the forward pass's, the rest under
+(``schema.upgraded``: its ``stats`` and ``step_ms`` as the ``step`` pass's, the rest under
 ``step``).
 
 Reading is typed: :class:`ResultsStream` yields each line with its number and kind
-(``lines()``; iterating it yields the run records), memory by runs; :func:`read_results` the
-whole file; :func:`scan_lines`; :class:`LineReader` a line back at a known offset;
-:func:`file_digest` the hash of its bytes. It is bounded: only regular files are opened (a
+(``lines()``; iterating it yields the records, the step record included), memory by runs;
+:func:`read_results` the whole file; :func:`scan_lines`; :class:`LineReader` a line back at a
+known offset; :func:`file_digest` the hash of its bytes. It is bounded: only regular files are opened (a
 directory, FIFO or device such as ``/dev/zero`` is refused with :class:`ResultsFileError`,
 through ``files.open_regular``) and a line longer than ``max_line_bytes`` (64 MiB) is skipped
 without being held in memory. The first line must be a header; any other line that can't be
@@ -49,17 +50,17 @@ from param_compute.results.file.reading import (MAX_LINE_BYTES, Line, LineProble
                                                 stream_results, warn_problem)
 from param_compute.results.file.digest import file_digest
 from param_compute.results.file.schema import (BATCH, FINISH, FORMAT_VERSION, HEADER, KINDS,
-                                               OTHER, RECORD, RESUME, RUN, STEP, line_kind,
-                                               schema_problem, upgraded)
+                                               OTHER, RECORD, RECORDS, RESUME, RUN, STEP,
+                                               STEP_PASS, line_kind, schema_problem, upgraded)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
                                                 ResultsWriter, encode_line, header_line,
                                                 repair_tail, with_kind, write_results)
 
 __all__ = ["BATCH", "FINISH", "FORMAT_VERSION", "HEADER", "KINDS", "MAX_LINE_BYTES", "OTHER",
-           "RECORD", "RESUME", "RUN", "STEP", "SYNC_ENDS", "SYNC_EVERY", "SYNC_NONE", "Line",
-           "LineProblem", "LineReader", "ResultsFile", "ResultsFileError", "ResultsStream",
-           "ResultsWriter", "encode_line", "file_digest", "header_line", "iter_results",
-           "line_kind", "load_results", "measured_passes", "open_results", "pass_samples",
-           "pass_throughput", "peak_memory_mb", "read_results", "read_results_warned",
-           "repair_tail", "scan_lines", "schema_problem", "stream_results", "upgraded",
-           "warn_problem", "with_kind", "write_results"]
+           "RECORD", "RECORDS", "RESUME", "RUN", "STEP", "STEP_PASS", "SYNC_ENDS", "SYNC_EVERY",
+           "SYNC_NONE", "Line", "LineProblem", "LineReader", "ResultsFile", "ResultsFileError",
+           "ResultsStream", "ResultsWriter", "encode_line", "file_digest", "header_line",
+           "iter_results", "line_kind", "load_results", "measured_passes", "open_results",
+           "pass_samples", "pass_throughput", "peak_memory_mb", "read_results",
+           "read_results_warned", "repair_tail", "scan_lines", "schema_problem", "stream_results",
+           "upgraded", "warn_problem", "with_kind", "write_results"]

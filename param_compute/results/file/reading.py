@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from param_compute.files import FileRefused, open_regular
 from param_compute.plan.runkey import key_of
-from param_compute.results.file.schema import (BATCH, FINISH, HEADER, RESUME, RUN, STEP,
+from param_compute.results.file.schema import (BATCH, FINISH, HEADER, RECORDS, RESUME, STEP,
                                                line_kind, schema_problem, upgraded)
 
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
@@ -177,7 +177,7 @@ class ResultsFile:
 
     path: Path
     header: Dict[str, Any]
-    records: List[Dict[str, Any]] = field(default_factory=list)  # run records
+    records: List[Dict[str, Any]] = field(default_factory=list)  # run and step records
     finish: Optional[Dict[str, Any]] = None  # the last finish line
     headers: List[Dict[str, Any]] = field(default_factory=list)  # every header (appended files)
     finishes: List[Dict[str, Any]] = field(default_factory=list)
@@ -233,11 +233,12 @@ class ResultsStream:
     Opening reads the header (:class:`ResultsFileError` if the file is not a results file).
     :meth:`lines` yields every usable line after it as a :class:`Line` with its number and
     kind (``HEADER``, ``RUN``, ``STEP``, ``FINISH``, ``RESUME``, ``BATCH`` or ``OTHER``), in
-    file order; iterating the stream itself yields ``(line number, record)`` for the run
-    records only. Either way the other lines are collected as they pass (``headers``,
-    ``finishes``, ``markers``, ``steps``, ``batches``, ``extras``). Each unusable line
-    (damaged, wrong types, a garbled step line, a duplicate run within one run) is passed to
-    ``on_problem`` as it is met and counted in ``problem_count``; the first
+    file order; iterating the stream itself yields ``(line number, record)`` for the records:
+    every run's, the step replay's included (a run like any other, whose ``step`` holds its
+    details). Either way the other lines are collected as they pass (``headers``,
+    ``finishes``, ``markers``, ``batches``, ``extras``), and the step records in ``steps`` too.
+    Each unusable line (damaged, wrong types, a garbled step record, a duplicate run within one
+    run) is passed to ``on_problem`` as it is met and counted in ``problem_count``; the first
     :data:`MAX_KEPT_PROBLEMS` are kept in ``problems``.
     """
 
@@ -293,7 +294,6 @@ class ResultsStream:
         self._started = True
         seen: Dict[Tuple[str, str], int] = {}
         collected = {FINISH: self.finishes, RESUME: self.markers}
-        numbered = {STEP: self.steps, BATCH: self.batches}
         for line in self._lines:
             if line.problem is not None:
                 self._problem(line.problem)
@@ -302,7 +302,7 @@ class ResultsStream:
             if kind == HEADER:
                 self.headers.append(line.value)
                 seen = {}  # one run (header to finish): each op|id once
-            elif kind == RUN:
+            elif kind in RECORDS:
                 key = (line.value["op_name"], line.value["id"])
                 if key in seen:
                     self._problem(LineProblem(
@@ -312,15 +312,18 @@ class ResultsStream:
                 seen[key] = line.number
                 self.records_read += 1
                 self.line = line
+                if kind == STEP:
+                    self.steps.append((line.number, line.value))
             elif kind in collected:
                 collected[kind].append(line.value)
             else:
-                numbered.get(kind, self.extras).append((line.number, line.value))
+                (self.batches if kind == BATCH else self.extras).append((line.number,
+                                                                         line.value))
             yield line
 
     def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
         for line in self.lines():
-            if line.kind == RUN:
+            if line.kind in RECORDS:
                 yield line.number, line.value
 
 

@@ -23,9 +23,11 @@ HEADER, RUN, STEP, FINISH, RESUME, BATCH, OTHER = (
     "header", "run", "step", "finish", "resume", "batch", "other")
 #: The name the tools have used for a run's record.
 RECORD = RUN
+#: The kinds of a record (``op_name``, ``id``, ``status``...): a config's run, the step replay.
+RECORDS = (RUN, STEP)
 KINDS = (HEADER, RUN, STEP, FINISH, RESUME, BATCH)
-#: ``op_name`` and ``id`` of a step record made from an old ``step_replay`` line.
-STEP_OP, STEP_ID = "step_replay", "0|0|0"
+#: ``op_name``, ``id`` and pass name of the step replay's record (``runtime.step_run``).
+STEP_OP, STEP_ID, STEP_PASS = "step_replay", "0|0|0", "step"
 
 
 def line_kind(value: Dict[str, Any]) -> str:
@@ -63,8 +65,9 @@ def _error_object(error: Any) -> Any:
 def upgraded(value: Dict[str, Any]) -> Dict[str, Any]:
     """A line in today's shape: an old ``{"step_replay": {...}}`` line (no ``kind``) as the
     step record (``kind`` step, ``op_name`` step_replay, ``id`` 0|0|0, ``status`` ok or error,
-    the step times as the forward pass's ``metric`` and ``stats``, every other field of the
-    replay under ``step``); any other line as it is."""
+    the step times as the ``step`` pass's ``metric`` and ``stats``, the step file and its
+    calls as the config's input, every other field of the replay under ``step``); any other
+    line as it is."""
     old = value.get("step_replay")
     if "kind" in value or not isinstance(old, dict) or "op_name" in value:
         return value
@@ -74,12 +77,13 @@ def upgraded(value: Dict[str, Any]) -> Dict[str, Any]:
     times = step.pop("step_ms", None)
     record: Dict[str, Any] = {"kind": STEP, "op_name": STEP_OP, "id": STEP_ID,
                               "status": "ok" if error is None else "error",
-                              "metric": {"forward": {"measure.time": times}}
+                              "metric": {STEP_PASS: {"measure.time": times}}
                               if times is not None else {},
-                              "stats": {"forward": stats} if stats is not None else {}}
+                              "stats": {STEP_PASS: stats} if stats is not None else {}}
     if error is not None:
         record["error"] = _error_object(error)
-    record["config"] = {}
+    record["config"] = {"input": {key: step[key] for key in ("step_file", "calls")
+                                  if key in step}}
     record["step"] = step
     return record
 
