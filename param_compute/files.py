@@ -187,18 +187,18 @@ def read_at_most(stream, limit: int, first: int = _BLOCK):
     data = stream.read(min(max(first, 1), limit + 1))
     if len(data) > limit:
         return None
-    held = None
-    while data:
-        chunk = stream.read(min(_BLOCK, limit + 1 - (len(held) if held is not None
-                                                      else len(data))))
-        if not chunk:
-            break
-        if held is None:
-            held = bytearray(data)
+    if not data:
+        return data
+    chunk = stream.read(min(_BLOCK, limit + 1 - len(data)))
+    if not chunk:
+        return data  # all of it in one read: no copy
+    held = bytearray(data)
+    while chunk:
         held += chunk
         if len(held) > limit:
             return None
-    return data if held is None else held
+        chunk = stream.read(min(_BLOCK, limit + 1 - len(held)))
+    return held
 
 
 def _over(path: PathLike, limit: int, size: Optional[int] = None) -> FileRefused:
