@@ -138,16 +138,13 @@ class RunRecord:
     @property
     def count(self) -> Optional[int]:
         """How often a captured config occurred in its workload (its input's ``count``)."""
-        return self._input_field("count")
+        return self._input().get("count")
 
     @property
     def original_us(self) -> Optional[Dict[str, Any]]:
         """A captured config's mean time per call in the captured run (its input's
         ``original_us``: ``{"cpu", "device"}`` µs), when the capture joined a Kineto trace."""
-        return self._input_field("original_us")
-
-    def _input_field(self, key: str) -> Any:
-        return self._input().get(key)
+        return self._input().get("original_us")
 
     def _input(self) -> Dict[str, Any]:
         """The expanded input config (an empty dict when there is none)."""

@@ -20,8 +20,9 @@ break and is not a whole JSON object (a run killed mid-write). :func:`repair_tai
 last line off (and says what it cut) and ends a whole last line that lacks its line break, so
 appending never glues two lines together. Nothing else ever shortens a results file.
 
-Writing (:class:`ResultsWriter`): each line is one ``write`` call of one encoded line; the sync
-policy says when lines reach the disk (see ``SYNC_*``). Torch-free.
+Writing (:class:`ResultsWriter`): each line is encoded whole and written whole (unflushed lines,
+such as dry-run records, a batch of whole lines per ``write`` call); the sync policy says when
+lines reach the disk (see ``SYNC_*``). Torch-free.
 """
 
 from param_compute.results.fields import (measured_passes, pass_samples,

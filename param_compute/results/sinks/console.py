@@ -163,8 +163,9 @@ class ConsoleReporter(RecordSink):
         if record is None:
             return
         self.workload.add(record)
-        self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
-                            for stats in record.stats().values())
+        if record.passes:  # a planned or failed-before-measuring run has no statistics
+            self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
+                                for stats in record.stats().values())
         self.disturbed += record.status == STATUS_OK and record.disturbed()
         self._keep(record)
 

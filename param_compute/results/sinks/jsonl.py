@@ -59,8 +59,9 @@ class JsonlResultWriter(RecordSink):
     measured; the header and the finish line also reach the disk (``sync``, see
     ``results.file``). Dry-run records cost nothing to plan again and come by the hundred
     thousand, where a flush per line (a system call each) would add some 40% to the cost of
-    writing them: they are left to the stream's buffer, which only holds whole lines. Every
-    line is written inside the signal guard, so a signal never tears one.
+    writing them: they are gathered and written a batch of whole lines at a time
+    (``ResultsWriter``). Every line is written inside the signal guard, so a signal never tears
+    one.
 
     The finish line holds the run's counts, ``finish_extra`` (the trace files written beside
     the results...) and what other sinks declared in ``summary.finish_fields``.
