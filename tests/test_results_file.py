@@ -171,6 +171,40 @@ def test_writer_create_append_resume_and_finish(tmp_path):
     assert len((tmp_path / "m.json").read_text().splitlines()) == 3
 
 
+def test_unflushed_lines_are_gathered_whole_and_kept_in_order(tmp_path):
+    """Lines left unflushed (dry-run records) reach the file a batch of whole lines at a time,
+    before any later flushed line, and all of them by the finish line."""
+    path = tmp_path / "r.json"
+    writer = ResultsWriter.create(path, HEADER)
+    for i in range(ResultsWriter.BATCH_LINES * 2 + 5):
+        writer.write(record(i), flush=False)
+        assert path.read_bytes().endswith(b"\n")  # whole lines only, whatever was written
+    writer.write(record(-1))  # flushed: every line before it is in the file first
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + ResultsWriter.BATCH_LINES * 2 + 5 + 1
+    assert [json.loads(text)["id"] for text in lines[1:]] == (
+        [f"0|0|0_{i}" for i in range(ResultsWriter.BATCH_LINES * 2 + 5)] + ["0|0|0_-1"])
+    writer.write(record(7), flush=False)
+    writer.close()  # closing writes what is gathered
+    assert json.loads(path.read_text().splitlines()[-1])["id"] == "0|0|0_7"
+    assert writer.lines == len(path.read_text().splitlines())
+
+
+def test_encode_line_is_the_encoders_text():
+    """``encode_line``'s one C encoder writes what ``json.JSONEncoder.encode`` would."""
+    from pathlib import Path
+
+    from param_compute.results.file.writing import _ENCODER, encode_line
+
+    values = [record(0), {"a": float("nan"), "b": [1.5, -0.0, 1e300, float("inf"), 2 ** 70],
+                          "c": "caf\u00e9 \u2028 \x00 \"q\"", "d": (1, 2), "e": {3},
+                          "f": Path("/x"), "g": None, 1: True, 2.5: {"h": []}}]
+    for value in values:
+        assert encode_line(value) == _ENCODER.encode(value) + "\n"
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_line({"x": object()})
+
+
 def test_writer_refuses_an_unwritable_place(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ResultsFileError, match="cannot write"):

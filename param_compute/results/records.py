@@ -162,11 +162,12 @@ class RunRecord:
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"op_name": self.op_name, "id": self.id, "status": self.status}
-        config_input = self._input()
-        for key in ("count", "original_us"):  # a captured config's, each looked up once
-            value = config_input.get(key)
-            if value is not None:
-                out[key] = value
+        config_input = self._input()  # a captured config's count and original time, if any
+        count, original_us = config_input.get("count"), config_input.get("original_us")
+        if count is not None:
+            out["count"] = count
+        if original_us is not None:
+            out["original_us"] = original_us
         if self.passes:  # an error record keeps the passes measured before the failure
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}

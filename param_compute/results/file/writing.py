@@ -39,26 +39,27 @@ def _plain(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(", ", ": "), default=_plain, check_circular=False)
 
 
-def _chunk_encoder(encoder: json.JSONEncoder) -> Callable[[Any], Any]:
-    """``encoder``'s text of a value as chunks to join: what ``encoder.encode`` joins, from one
-    C encoder made once (``encode`` makes a new one for every value, a third of a dry-run
-    line's encoding); ``encode`` itself where the C accelerator is absent."""
+def _line_encoder(encoder: json.JSONEncoder) -> Callable[[Dict[str, Any]], str]:
+    """``encode_line`` for ``encoder``: its text of a value and a line break, from one C encoder
+    made once (``encoder.encode`` makes a new one for every value, a third of a dry-run line's
+    encoding); ``encode`` itself where the C accelerator is absent."""
     make = json.encoder.c_make_encoder
     if make is None or encoder.check_circular or encoder.indent is not None:
-        return lambda value: (encoder.encode(value),)
+        return lambda value: encoder.encode(value) + "\n"
     chunks = make(None, encoder.default, json.encoder.encode_basestring_ascii
                   if encoder.ensure_ascii else json.encoder.encode_basestring, None,
                   encoder.key_separator, encoder.item_separator, encoder.sort_keys,
                   encoder.skipkeys, encoder.allow_nan)
-    return lambda value: chunks(value, 0)
+    join = "".join
+
+    def encode_line(value: Dict[str, Any]) -> str:
+        """One results line: the object's JSON and a line break."""
+        return join(chunks(value, 0)) + "\n"
+
+    return encode_line
 
 
-_CHUNKS = _chunk_encoder(_ENCODER)
-
-
-def encode_line(value: Dict[str, Any], _chunks=_CHUNKS, _join="".join) -> str:
-    """One results line: the object's JSON and a line break."""
-    return _join(_chunks(value)) + "\n"
+encode_line = _line_encoder(_ENCODER)
 
 
 def _last_line_start(stream, end: int) -> int:

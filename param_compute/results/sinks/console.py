@@ -14,11 +14,9 @@ import heapq
 import logging
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -31,6 +29,9 @@ from param_compute.results.stats import DISTURBED_FRACTION, MIN_TRUSTED_N, is_no
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.workload_totals import WorkloadTotals
 from param_compute.formatting import cell, format_ms
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 log = logging.getLogger("param_compute")
 
@@ -148,6 +149,9 @@ class ConsoleReporter(RecordSink):
         self.total = total
         if not self.show_progress:
             return
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)  # a bar's only
+
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=self.console, transient=True)
