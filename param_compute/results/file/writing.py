@@ -39,27 +39,35 @@ def _plain(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(", ", ": "), default=_plain, check_circular=False)
 
 
-def _line_encoder(encoder: json.JSONEncoder) -> Callable[[Dict[str, Any]], str]:
-    """``encode_line`` for ``encoder``: its text of a value and a line break, from one C encoder
-    made once (``encoder.encode`` makes a new one for every value, a third of a dry-run line's
-    encoding); ``encode`` itself where the C accelerator is absent."""
+def _value_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode`` from one C encoder made once (``encode`` makes a new one for every
+    value, a third of a dry-run line's encoding); ``encode`` itself where the C accelerator is
+    absent."""
     make = json.encoder.c_make_encoder
     if make is None or encoder.check_circular or encoder.indent is not None:
-        return lambda value: encoder.encode(value) + "\n"
+        return encoder.encode
     chunks = make(None, encoder.default, json.encoder.encode_basestring_ascii
                   if encoder.ensure_ascii else json.encoder.encode_basestring, None,
                   encoder.key_separator, encoder.item_separator, encoder.sort_keys,
                   encoder.skipkeys, encoder.allow_nan)
     join = "".join
 
-    def encode_line(value: Dict[str, Any]) -> str:
-        """One results line: the object's JSON and a line break."""
-        return join(chunks(value, 0)) + "\n"
+    def encode_value(value: Any) -> str:
+        """A value's JSON text, as the results lines write it."""
+        return join(chunks(value, 0))
 
-    return encode_line
+    return encode_value
 
 
-encode_line = _line_encoder(_ENCODER)
+encode_value = _value_encoder(_ENCODER)
+#: A string's JSON text, as the results lines write it.
+encode_text = (json.encoder.encode_basestring_ascii if _ENCODER.ensure_ascii
+               else json.encoder.encode_basestring)
+
+
+def encode_line(value: Dict[str, Any]) -> str:
+    """One results line: the object's JSON and a line break."""
+    return encode_value(value) + "\n"
 
 
 def _last_line_start(stream, end: int) -> int:
@@ -176,7 +184,11 @@ class ResultsWriter:
         """One whole line; ``flush``: to the OS now (with every line gathered before it);
         ``durable``: to the disk now (with the policy ``ends``; ``every`` makes every flushed
         line durable, ``none`` none)."""
-        line = encode_line(value)
+        self.write_line(encode_line(value), flush, durable)
+
+    def write_line(self, line: str, flush: bool = True, durable: bool = False) -> None:
+        """``write`` of a line already encoded: one JSON object's text and a line break, as
+        ``encode_line`` makes it."""
         if not (flush or durable):
             gathered = self._gathered
             gathered.append(line)
