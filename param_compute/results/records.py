@@ -138,7 +138,9 @@ class RunRecord:
     @property
     def count(self) -> Optional[int]:
         """How often a captured config occurred in its workload (its input's ``count``)."""
-        return self._input().get("count")
+        config = self.config  # ``_input``, inline: asked of every record a run makes
+        config_input = config.get("input") if isinstance(config, dict) else None
+        return config_input.get("count") if isinstance(config_input, dict) else None
 
     @property
     def original_us(self) -> Optional[Dict[str, Any]]:

@@ -166,7 +166,8 @@ class ConsoleReporter(RecordSink):
             self._progress_line(run)
         if record is None:
             return
-        self.workload.add(record)
+        if record.count is not None:  # a captured config's: part of a workload
+            self.workload.add(record)
         if record.passes:  # a planned or failed-before-measuring run has no statistics
             self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
                                 for stats in record.stats().values())
