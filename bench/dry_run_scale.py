@@ -255,6 +255,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                  f"{param_wall:.2f}{param_spread}", "-", "-", None),
             _row(f"wall time / PARAM's here, {RUNS:,} runs", f"{wall / param_wall:.2f}",
                  "<= 0.3", "1", wall / param_wall <= 0.3),
+            _row(f"CPU time / PARAM's here, {RUNS:,} runs",
+                 f"{cpu / statistics.median(m.cpu_s for m in param_runs):.2f}", "-", "1", None),
         ]
     if flat_runs:
         [flat] = flat_runs
