@@ -36,13 +36,13 @@ from param_compute.results.file.digest import file_digest
 from param_compute.results.file.schema import (FINISH, HEADER, OTHER, RECORD, RESUME,
                                                line_kind, schema_problem)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
-                                                ResultsWriter, encode_line, repair_tail,
-                                                write_results)
+                                                ResultsWriter, encode_line, encode_text,
+                                                encode_value, repair_tail, write_results)
 
 __all__ = ["FINISH", "HEADER", "MAX_LINE_BYTES", "OTHER", "RECORD", "RESUME", "SYNC_ENDS",
            "SYNC_EVERY", "SYNC_NONE", "Line", "LineProblem", "LineReader", "ResultsFile",
-           "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "file_digest",
-           "iter_results", "line_kind", "load_results", "measured_passes", "pass_samples",
-           "pass_throughput", "peak_memory_mb", "read_results", "read_results_warned",
-           "repair_tail", "scan_lines", "schema_problem", "stream_results", "warn_problem",
-           "write_results"]
+           "ResultsFileError", "ResultsStream", "ResultsWriter", "encode_line", "encode_text",
+           "encode_value", "file_digest", "iter_results", "line_kind", "load_results",
+           "measured_passes", "pass_samples", "pass_throughput", "peak_memory_mb", "read_results",
+           "read_results_warned", "repair_tail", "scan_lines", "schema_problem", "stream_results",
+           "warn_problem", "write_results"]

@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Optional
 
 from param_compute.errors import OptionsError
 from param_compute.plan.runplan import PlannedRun
-from param_compute.results.file import SYNC_ENDS, ResultsFileError, ResultsWriter
-from param_compute.results.file.writing import encode_text, encode_value
+from param_compute.results.file import (SYNC_ENDS, ResultsFileError, ResultsWriter, encode_text,
+                                        encode_value)
 from param_compute.results.records import STATUS_DRY_RUN, RunRecord
 from param_compute.results.resume import ResumeState
 from param_compute.results.sinks.base import RecordSink, RunSummary
