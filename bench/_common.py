@@ -22,7 +22,7 @@ from rich.table import Table
 from torch.utils import benchmark
 
 import param_compute
-from _processes import others_busy_cores, wait_quiet  # noqa: F401  (re-exported)
+from _processes import wait_quiet  # noqa: F401  (re-exported: the scripts gate on it)
 
 # Piped output would otherwise wrap at 80 columns; tables take only the width they need.
 console = Console(width=None if sys.stdout.isatty() else 200)
