@@ -22,6 +22,7 @@ from rich.table import Table
 from torch.utils import benchmark
 
 import param_compute
+from _processes import wait_quiet  # noqa: F401  (re-exported: the scripts gate on it)
 
 # Piped output would otherwise wrap at 80 columns; tables take only the width they need.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -31,33 +32,6 @@ median = statistics.median
 def pin_threads() -> None:
     """One intra-op thread, as the engine uses by default (``--num-threads 1``)."""
     torch.set_num_threads(1)
-
-
-def _busy_jiffies() -> int:
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    return sum(fields) - fields[3] - fields[4]  # all but idle and iowait (steal counts as busy)
-
-
-def others_busy_cores(window_s: float = 0.1) -> float:
-    """CPU cores kept busy by everything else over ``window_s`` while this process sleeps."""
-    before = _busy_jiffies()
-    time.sleep(window_s)
-    return (_busy_jiffies() - before) / os.sysconf("SC_CLK_TCK") / window_s
-
-
-def wait_quiet(max_cores: float = 1.25, timeout_s: float = 5.0) -> bool:
-    """Wait until other processes leave a core free for this one; False if they never did.
-
-    On a shared two-core machine a measurement overlapping a burst of other work is mostly a
-    measurement of the scheduler; gating every step on a free core keeps both sides clean, and
-    the scripts report how many steps had to run without one.
-    """
-    deadline = time.monotonic() + timeout_s
-    while others_busy_cores() > max_cores:
-        if time.monotonic() > deadline:
-            return False
-    return True
 
 
 def tensor(shape: Sequence[int], requires_grad: Optional[bool] = False) -> Dict[str, Any]:

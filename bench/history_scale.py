@@ -13,8 +13,8 @@ label L0600 and ``torch.op5|50`` 15% faster from L0300. ``check --fail-on-regres
 must name exactly the first, at L0600 (and nothing at 100 labels). Beside every add, the same
 file is read once by ``results.file.ResultsStream`` alone: the reference, the floor any
 ingest pays to read its input. Each add waits for a core free of other load
-(as ``_common.wait_quiet``, the waiting not timed) and the table gives CPU time beside wall time.
-Adds run in this process (the time of ``history.ingest``); the
+(``_processes.wait_quiet``, torch-free; the waiting not timed) and the table gives CPU time
+beside wall time. Adds run in this process (the time of ``history.ingest``); the
 measured commands at 100 and 1,000 labels run as fresh ``python -m param_compute.history``
 children (peak RSS from ``os.wait4``).
 
@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from param_compute.history.ingest import add_results  # noqa: E402
 from param_compute.history.store import open_store  # noqa: E402
 from param_compute.results.file import ResultsStream  # noqa: E402
+from _processes import wait_quiet  # noqa: E402
 
 INGEST_LIMIT_S = 60.0
 CHECK_LIMIT_S = 10.0
@@ -76,26 +77,6 @@ def _write(path: Path, label_index: int, configs: int, rng: random.Random) -> No
                 {"type": "tensor", "dtype": "float", "shape": [64 + config, 64]}]}}}))
     lines.append(json.dumps({"finish_time": f"end-{label_index}"}))
     path.write_text("\n".join(lines) + "\n")
-
-
-def _busy_jiffies() -> int:
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    return sum(fields) - fields[3] - fields[4]
-
-
-def wait_quiet(max_cores: float = 1.25, timeout_s: float = 5.0) -> bool:
-    """``_common.wait_quiet`` without its torch import (the children forked from this process
-    would count torch's pages in their peak RSS): wait until other processes leave a core
-    free, False if they never did."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        before = _busy_jiffies()
-        time.sleep(0.1)
-        if (_busy_jiffies() - before) / os.sysconf("SC_CLK_TCK") / 0.1 <= max_cores:
-            return True
-        if time.monotonic() > deadline:
-            return False
 
 
 def _measured(args: List[str]):

@@ -184,7 +184,9 @@ def _print_table(rows: List[List[str]]) -> None:
 
 def run_side_by_side(specs: List[Tuple[str, int, int, Dict[str, Any]]], rounds: int,
                      python: str) -> Tuple[List[List[str]], bool]:
-    from _common import wait_quiet  # imports torch: only the parent, only here
+    from _processes import compile_bytecode, wait_quiet
+
+    compile_bytecode(python)  # as an installed package has it
 
     rows, met, contended = [], True, 0
     median = statistics.median

@@ -171,6 +171,40 @@ def test_writer_create_append_resume_and_finish(tmp_path):
     assert len((tmp_path / "m.json").read_text().splitlines()) == 3
 
 
+def test_unflushed_lines_are_gathered_whole_and_kept_in_order(tmp_path):
+    """Lines left unflushed (dry-run records) reach the file a batch of whole lines at a time,
+    before any later flushed line, and all of them by the finish line."""
+    path = tmp_path / "r.json"
+    writer = ResultsWriter.create(path, HEADER)
+    for i in range(ResultsWriter.BATCH_LINES * 2 + 5):
+        writer.write(record(i), flush=False)
+        assert path.read_bytes().endswith(b"\n")  # whole lines only, whatever was written
+    writer.write(record(-1))  # flushed: every line before it is in the file first
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + ResultsWriter.BATCH_LINES * 2 + 5 + 1
+    assert [json.loads(text)["id"] for text in lines[1:]] == (
+        [f"0|0|0_{i}" for i in range(ResultsWriter.BATCH_LINES * 2 + 5)] + ["0|0|0_-1"])
+    writer.write(record(7), flush=False)
+    writer.close()  # closing writes what is gathered
+    assert json.loads(path.read_text().splitlines()[-1])["id"] == "0|0|0_7"
+    assert writer.lines == len(path.read_text().splitlines())
+
+
+def test_encode_line_is_the_encoders_text():
+    """``encode_line``'s one C encoder writes what ``json.JSONEncoder.encode`` would."""
+    from pathlib import Path
+
+    from param_compute.results.file.writing import _ENCODER, encode_line
+
+    values = [record(0), {"a": float("nan"), "b": [1.5, -0.0, 1e300, float("inf"), 2 ** 70],
+                          "c": "caf\u00e9 \u2028 \x00 \"q\"", "d": (1, 2), "e": {3},
+                          "f": Path("/x"), "g": None, 1: True, 2.5: {"h": []}}]
+    for value in values:
+        assert encode_line(value) == _ENCODER.encode(value) + "\n"
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode_line({"x": object()})
+
+
 def test_writer_refuses_an_unwritable_place(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ResultsFileError, match="cannot write"):
@@ -223,3 +257,43 @@ def test_tools_report_damaged_lines_and_use_the_rest(tmp_path):
     assert len((tmp_path / "r.csv").read_text().splitlines()) == 3  # the header row and 2 runs
     result = run_cli(path, path, module="param_compute.compare")
     assert result.returncode == 0 and result.stderr.count(f"{path}:3:") == 2
+
+
+def test_planned_lines_are_the_records_own_text():
+    """A planned run's line made from parts (``PlannedLines``) is, to the byte, the text of the
+    record's JSON form; records it does not cover are left to the whole encoding (None)."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from param_compute.results.file import encode_line
+    from param_compute.results.records import PassResult, RunError, RunRecord
+    from param_compute.results.sinks.jsonl import PlannedLines
+
+    text = st.text(max_size=8) | st.sampled_from(["torch.add", "aten::mul", 'a"b\\c', "caf\u00e9",
+                                                   "\u2028", "\ud800"])
+    scalars = st.none() | st.booleans() | st.integers() | st.floats() | text
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(text, inner, max_size=3), max_leaves=12)
+    inputs = st.fixed_dictionaries({"args": st.lists(values, max_size=2)}, optional={
+        "count": st.none() | st.integers(1, 9), "original_us": st.none() | values,
+        "kwargs": st.dictionaries(text, values, max_size=2)})
+    configs = st.fixed_dictionaries({"build": st.none() | values, "input": inputs}) | values
+    records = st.builds(
+        RunRecord, op_name=text | st.integers(), id=text, config=configs,
+        status=st.sampled_from(["dry-run", "dry-run", "ok", "error"]),
+        passes=st.sampled_from([[], [], [PassResult("forward", [1.0], [2.0])]]),
+        error=st.none() | st.just(RunError("E", "m", "forward")),
+        verify=st.none() | st.just({"status": "PASS"}))
+    planned = PlannedLines()
+    covered = []
+
+    @hypothesis.settings(max_examples=400, deadline=None, database=None)
+    @hypothesis.given(record=records)
+    def check(record):
+        line = planned(record)
+        if line is not None:
+            assert line == encode_line(record.to_json())
+            covered.append(record)
+
+    check()
+    assert covered  # the commonest record, a plain planned run, is made from parts

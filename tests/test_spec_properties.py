@@ -541,3 +541,67 @@ def test_fast_path_agrees_on_random_spec_shaped_values(toolchain, value):
 def test_fast_path_agrees_on_mutated_examples(toolchain, data):
     bases = _load_bases(_valid_spec_files())
     check_fast_path_agrees(toolchain, data.draw(mutated(bases)))
+
+
+# --- the schema's quick verdict ---------------------------------------------------------------
+
+def _ranged(spec: Any) -> Any:
+    """A data spec with ranges where a sweep writes them (what the fast path leaves to the
+    schema): shape dims and int values as [min, max(, step)], dtypes listed."""
+    if not isinstance(spec, dict):
+        return spec
+    spec = dict(spec)
+    if isinstance(spec.get("shape"), list) and spec["shape"]:
+        spec["shape"] = [[1, 4] if i % 2 == 0 else dim for i, dim in enumerate(spec["shape"])]
+        spec["__range__"] = ["shape"]
+    elif spec.get("type") in ("int", "long"):
+        spec["value"], spec["__range__"] = [1, 9, 2], ["value"]
+    elif isinstance(spec.get("dtype"), str):
+        spec["dtype"], spec["__list__"] = [spec["dtype"], "double"], ["dtype"]
+    return spec
+
+
+@SETTINGS
+@given(spec=data_specs() | near_plain_data_specs() | data_specs().map(_ranged)
+       | near_plain_data_specs().map(_ranged))
+def test_quick_schema_verdict_is_jsonschemas(spec):
+    """Where ``quick_schema`` gives a verdict on a data spec, jsonschema's validator agrees."""
+    from param_compute.spec import quick_schema, schema
+
+    kind = spec.get("type") if isinstance(spec.get("type"), str) else None
+    verdict = quick_schema.accepts(schema._data_spec_schema(kind), spec)
+    if verdict is not None:
+        errors = list(schema._data_spec_validator(kind).iter_errors(spec))
+        assert verdict == (not errors), (spec, [e.message for e in errors])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_quick_schema_verdict_on_whole_specs_is_jsonschemas(data):
+    from param_compute.spec import quick_schema, schema
+
+    value = data.draw(spec_shaped() | mutated(_load_bases(_valid_spec_files())))
+    verdict = quick_schema.accepts(schema.load_schema(), value)
+    if verdict is not None:
+        errors = list(schema._whole_validator().iter_errors(value))
+        assert verdict == (not errors), (value, [e.message for e in errors])
+
+
+def test_a_sweeps_ranged_data_specs_are_judged_without_jsonschema():
+    """The ranged data specs of the example sweep are valid without importing jsonschema (its
+    import and a validator cost about a twentieth of a dry run)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "from param_compute.spec.schema import data_spec_schema_problems\n"
+            "from param_compute.spec.walker import asl_data_specs\n"
+            f"raw = json.load(open({str(EXAMPLES / 'matmul_sweep.json')!r}))\n"
+            "located = [pair for op in raw.values() for entry in op['config']\n"
+            "           for asl in entry['input'] for pair in asl_data_specs(asl, ())]\n"
+            "assert located and not list(data_spec_schema_problems(located))\n"
+            "print('jsonschema' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

@@ -286,6 +286,8 @@ class Session:
 
     def _exports(self) -> List[RecordSink]:
         """CSV and OSS JSON; on resume or append they are rebuilt from the earlier runs too."""
+        if self.csv is None and self.oss_json is None:
+            return []
         from param_compute.results.sinks.export import CsvExporter, OssJsonExporter
 
         earlier = self.path if (self.resume is not None or self.outputs.append) else None

@@ -40,9 +40,14 @@ def _fresh_list(value: List[Any]) -> Builder:
     return lambda combo: list(value)
 
 
-def _new_axis(axes: List[tuple], choices: Any) -> Builder:
+def _axis(axes: List[tuple], choices: Any) -> int:
+    """Append an axis; its place in the combination tuple."""
     axes.append(tuple(choices))
-    return itemgetter(len(axes) - 1)
+    return len(axes) - 1
+
+
+def _new_axis(axes: List[tuple], choices: Any) -> Builder:
+    return itemgetter(_axis(axes, choices))
 
 
 def _filled(template: Any, slots: List[Tuple[Any, Builder]]) -> Builder:
@@ -51,8 +56,13 @@ def _filled(template: Any, slots: List[Tuple[Any, Builder]]) -> Builder:
     Most attributes of a data spec, and most dims of a shape, are constant: copying a prepared
     template and assigning only the varying slots costs a fraction of rebuilding every entry,
     which matters at hundreds of thousands of configs. A dict keeps its key order because every
-    slot key is already in the template.
+    slot key is already in the template (a dict display updating one key in place does the same
+    for the commonest case, a data spec varying one attribute, without a loop).
     """
+    if len(slots) == 1 and isinstance(template, dict):
+        [(slot, part)] = slots
+        return lambda combo: {**template, slot: part(combo)}
+
     def build(combo: tuple) -> Any:
         out = template.copy()
         for slot, part in slots:
@@ -62,7 +72,26 @@ def _filled(template: Any, slots: List[Tuple[Any, Builder]]) -> Builder:
     return build
 
 
+def _list_of(builders: List[Builder]) -> Builder:
+    """Builder of the list of what ``builders`` build, in order (unrolled for up to three: a
+    list comprehension's own call costs more than building two data specs)."""
+    if len(builders) == 1:
+        [first] = builders
+        return lambda combo: [first(combo)]
+    if len(builders) == 2:
+        first, second = builders
+        return lambda combo: [first(combo), second(combo)]
+    if len(builders) == 3:
+        first, second, third = builders
+        return lambda combo: [first(combo), second(combo), third(combo)]
+    return lambda combo: [build(combo) for build in builders]
+
+
 def _compile_shape(dims: List[Any], axes: List[tuple]) -> Builder:
+    if dims and all(isinstance(d, list) for d in dims):  # every dim ranged: picked at once
+        pick = itemgetter(*[_axis(axes, full_range(d)) for d in dims])
+        return (lambda combo: [pick(combo)]) if len(dims) == 1 else (
+            lambda combo: list(pick(combo)))
     template = [None if isinstance(d, list) else d for d in dims]
     slots = [(i, _new_axis(axes, full_range(d))) for i, d in enumerate(dims) if isinstance(d, list)]
     return _filled(template, slots)
@@ -75,8 +104,7 @@ def _compile_varying(kind: str, value: Any, axes: List[tuple]) -> Builder:
     if kind == INT_RANGE:
         return _new_axis(axes, full_range(value))
     if kind == ITEMS:
-        items = [compile_data_spec(item, axes) for item in value]
-        return lambda combo: [item(combo) for item in items]
+        return _list_of([compile_data_spec(item, axes) for item in value])
     return _new_axis(axes, value)  # listed, or other choices: each element is one
 
 
@@ -125,9 +153,7 @@ class CompiledArgSpecList:
         return total
 
     def expand(self) -> Iterator[Dict[str, Any]]:
-        build = self.build
-        for combo in itertools.product(*self.axes):
-            yield build(combo)
+        return map(self.build, itertools.product(*self.axes))
 
 
 def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
@@ -139,11 +165,15 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
     copies = copy_steps(arg_spec_list)
     count = arg_spec_list.get("count")  # a captured config's occurrences, for every combination
     original_us = arg_spec_list.get("original_us")  # its time in the captured run, likewise
+    args = _list_of(arg_builders) if arg_builders is not None else None
+    if args is not None and kwarg_builders is None and count is None and original_us is None \
+            and not copies:  # a sweep's commonest form: args only
+        return CompiledArgSpecList(tuple(axes), lambda combo: {"args": args(combo)})
 
     def build(combo: tuple) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
-        if arg_builders is not None:
-            out["args"] = [b(combo) for b in arg_builders]
+        if args is not None:
+            out["args"] = args(combo)
         if kwarg_builders is not None:
             out["kwargs"] = {k: b(combo) for k, b in kwarg_builders.items()}
         if count is not None:

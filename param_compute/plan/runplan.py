@@ -5,6 +5,7 @@ Pure Python, no torch: a dry run plans every run without touching a tensor.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, Iterator, NamedTuple, Optional
 
 from param_compute.plan.iterators import DefaultConfigIterator
@@ -47,6 +48,11 @@ class PlannedRun(NamedTuple):
         return {"build": self.build, "input": self.input}
 
 
+#: ``PlannedRun(*fields)`` made in C: the named tuple's generated ``__new__`` is a Python call,
+#: a tenth of planning a run. Every field is given (defaults are the generated ``__new__``'s).
+_planned = functools.partial(tuple.__new__, PlannedRun)
+
+
 def _builds(op, entry: Dict[str, Any], iterators: Dict[str, type], device: str):
     build = entry.get("build")
     if not build:  # absent, null or []: one build with no build args, id 0
@@ -72,12 +78,13 @@ def plan_runs(spec, iterators: Dict[str, type], device: str = "cpu") -> Iterator
                 and iterators[op.build_iterator] is DefaultConfigIterator:
             yield from _plan_default(op, op_index)  # a captured spec's operators, made lean
             continue
+        name = op.name
         for config_index, entry in enumerate(op.configs):
             for build_id, build_config in _builds(op, entry, iterators, device):
                 view = {"build": build_config, "input": entry["input"]}
                 for input_id, input_config in _iterate(input_iterator, view, "input", device):
-                    yield PlannedRun(op.name, op_index, config_index, build_id, build_config,
-                                     str(input_id), input_config)
+                    yield _planned((name, op_index, config_index, build_id, build_config,
+                                    str(input_id), input_config, None))
 
 
 def _plan_default(op, op_index: int) -> Iterator[PlannedRun]:
@@ -91,8 +98,8 @@ def _plan_default(op, op_index: int) -> Iterator[PlannedRun]:
         for build_id, build_config in builds:
             build_id = str(build_id)
             for input_id, input_config in enumerate(inputs):
-                yield PlannedRun(name, op_index, config_index, build_id, build_config,
-                                 str(input_id), input_config)
+                yield _planned((name, op_index, config_index, build_id, build_config,
+                                str(input_id), input_config, None))
 
 
 def count_runs(spec, iterators: Dict[str, type]) -> Optional[int]:

@@ -185,16 +185,15 @@ class RunRecord:
     @property
     def count(self) -> Optional[int]:
         """How often a captured config occurred in its workload (its input's ``count``)."""
-        return self._input_field("count")
+        config = self.config  # ``_input``, inline: asked of every record a run makes
+        config_input = config.get("input") if isinstance(config, dict) else None
+        return config_input.get("count") if isinstance(config_input, dict) else None
 
     @property
     def original_us(self) -> Optional[Dict[str, Any]]:
         """A captured config's mean time per call in the captured run (its input's
         ``original_us``: ``{"cpu", "device"}`` µs), when the capture joined a Kineto trace."""
-        return self._input_field("original_us")
-
-    def _input_field(self, key: str) -> Any:
-        return self._input().get(key)
+        return self._input().get("original_us")
 
     def _input(self) -> Dict[str, Any]:
         """The expanded input config (an empty dict when there is none)."""
@@ -235,11 +234,12 @@ class RunRecord:
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"kind": KIND_STEP if self.step is not None else KIND_RUN,
                                "op_name": self.op_name, "id": self.id, "status": self.status}
-        config_input = self._input()
-        for key in ("count", "original_us"):  # a captured config's, each looked up once
-            value = config_input.get(key)
-            if value is not None:
-                out[key] = value
+        config_input = self._input()  # a captured config's count and original time, if any
+        count, original_us = config_input.get("count"), config_input.get("original_us")
+        if count is not None:
+            out["count"] = count
+        if original_us is not None:
+            out["original_us"] = original_us
         if self.passes:  # an error record keeps the passes measured before the failure
             stats = self.stats()
             out["metric"] = {p.name: p.metric() for p in self.passes}

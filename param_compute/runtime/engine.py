@@ -141,8 +141,9 @@ class Engine:
                 if selector.stopped:
                     break
                 continue
-            if executor is None:
-                record = RunRecord(run.op_name, run.id, run.config(), STATUS_DRY_RUN)
+            if executor is None:  # planned only (a step replay's record still says so)
+                record = RunRecord(run.op_name, run.id, run.config(), STATUS_DRY_RUN,
+                                   step={} if run.step is not None else None)
                 summary.dry_run += 1
             else:
                 record = self._execute(executor, run)

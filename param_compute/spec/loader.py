@@ -66,8 +66,10 @@ def _has_duplicate_keys(text: str, value: Any, keys: Optional[int]) -> bool:
     True also when the text is too unusual to tell cheaply."""
     if "\\" in text and ('\\"' in text or "\\u" in text):
         return True  # a quote inside a string, or an escape that may write one: count slowly
-    if _SPACED_KEY.search(text):
-        return True  # a key spaced from its colon: '":' does not count it
+    # A key spaced from its colon is not counted by '":' below. The regex tries every quote,
+    # so it runs only where some quote is followed by white space at all (ten times faster).
+    if any(f'"{space}' in text for space in " \t\r\n") and _SPACED_KEY.search(text):
+        return True
     # Every '"' now delimits a string, so '":' ends a key: as many as the objects have keys,
     # unless an object had a key twice. json.dumps writes each key once, as '"key": '.
     if keys is None:

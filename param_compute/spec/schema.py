@@ -3,8 +3,9 @@
 ``schema_problems`` checks a spec in two parts: everything but the data specs with the schema
 itself, and each data spec with a validator compiled for its ``type`` alone (the schema's
 ``if type == T then ...`` branches of other types never apply to it, so the problems are the
-same, found without evaluating a dozen conditions per spec). A data spec's problems are
-remembered by its JSON text: a sweep repeats the same few.
+same, found without evaluating a dozen conditions per spec). A data spec ``quick_schema`` finds
+valid needs no validator at all (nor jsonschema's import); another's problems are remembered by
+its JSON text: a sweep repeats the same few.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from param_compute.errors import Problem, did_you_mean
-from param_compute.spec import fastpath
+from param_compute.spec import fastpath, quick_schema
 from param_compute.spec.walker import data_specs
 from param_compute.spec.wording import json_type, short
 
@@ -34,19 +35,6 @@ def load_schema() -> Dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _canonical(value: Any) -> Any:
-    """A hashable form of a JSON value under JSON Schema equality (1 == 1.0, true != 1)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return (type(value).__name__, value)
-    if isinstance(value, (int, float)):
-        return ("number", value)
-    if isinstance(value, list):
-        return ("array", tuple(_canonical(v) for v in value))
-    if isinstance(value, dict):
-        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
-    return ("other", id(value))
-
-
 def _unique_items(validator, unique, instance, schema):
     """``uniqueItems`` in linear time: jsonschema's own falls back to comparing every pair when
     the items are objects, which a hostile spec can make take hours."""
@@ -56,7 +44,7 @@ def _unique_items(validator, unique, instance, schema):
 
     seen = set()
     for item in instance:
-        key = _canonical(item)
+        key = quick_schema.canonical(item)
         if key in seen:
             yield jsonschema.ValidationError(f"items must be unique: {short(item)} appears more "
                                              "than once")
@@ -129,8 +117,15 @@ def _outer_validator():
 @lru_cache(maxsize=None)
 def _data_spec_validator(kind: Optional[str]):
     """The validator of one data spec whose ``type`` is ``kind`` (None: of any data spec),
-    compiled when first needed: only the schema's ``if type == kind`` branch is kept, and the
-    items of a genericlist/tuple are left to ``_data_spec_problems`` (one at a time)."""
+    compiled when first needed (``_data_spec_schema``)."""
+    return _validator_class()(_data_spec_schema(kind))
+
+
+@lru_cache(maxsize=None)
+def _data_spec_schema(kind: Optional[str]) -> Dict[str, Any]:
+    """The schema of one data spec whose ``type`` is ``kind`` (None: of any data spec): only
+    the schema's ``if type == kind`` branch is kept, and the items of a genericlist/tuple are
+    left to ``_data_spec_problems`` (one at a time)."""
     schema = load_schema()
     data_spec = _split_schema()
     if kind is None or data_spec is None or kind not in data_spec["properties"]["type"]["enum"]:
@@ -143,7 +138,7 @@ def _data_spec_validator(kind: Optional[str]):
     inner = {key: value for key, value in schema.items() if key in ("$schema", "$id")}
     inner.update(spec_schema)
     inner["$defs"] = schema["$defs"]
-    return _validator_class()(inner)
+    return inner
 
 
 def _shallow(branch: Dict[str, Any]) -> Dict[str, Any]:
@@ -175,12 +170,14 @@ def _data_spec_problems(spec: Any) -> Tuple[Problem, ...]:
     after the list itself, as the schema's own ``items`` would report them."""
     if fastpath.data_spec(spec):
         return ()
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    kind = kind if isinstance(kind, str) else None
+    if not _items_checked_apart(kind) and quick_schema.accepts(_data_spec_schema(kind), spec):
+        return ()  # valid, said without compiling a validator (a ranged sweep's data specs)
     key = json.dumps(spec)
     cached = _data_spec_cache.get(key)
     if cached is not None:
         return cached
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    kind = kind if isinstance(kind, str) else None
     problems = tuple(problem for error in _data_spec_validator(kind).iter_errors(spec)
                      for problem in _error_problems(error))
     items = spec.get("value") if kind is not None and _items_checked_apart(kind) else None

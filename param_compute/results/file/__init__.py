@@ -36,8 +36,9 @@ last line off (and says what it cut) and ends a whole last line that lacks its l
 appending never glues two lines together. Nothing else ever shortens a results file.
 
 Writing (:class:`ResultsWriter`): each line is one encoded line, written whole through
-``files.LineFile`` (never through a link; a full disk leaves no torn line); the sync policy
-says when lines reach the disk (see ``SYNC_*``). Torch-free.
+``files.LineFile`` (never through a link; a full disk leaves no torn line; unflushed lines,
+such as dry-run records, handed over a batch of whole lines at a time); the sync policy says
+when lines reach the disk (see ``SYNC_*``). Torch-free.
 """
 
 from param_compute.results.fields import (measured_passes, pass_samples,
@@ -53,14 +54,16 @@ from param_compute.results.file.schema import (BATCH, FINISH, FORMAT_VERSION, HE
                                                OTHER, RECORD, RECORDS, RESUME, RUN, STEP,
                                                STEP_PASS, line_kind, schema_problem, upgraded)
 from param_compute.results.file.writing import (SYNC_ENDS, SYNC_EVERY, SYNC_NONE,
-                                                ResultsWriter, encode_line, header_line,
-                                                repair_tail, with_kind, write_results)
+                                                ResultsWriter, encode_line, encode_text,
+                                                encode_value, header_line, repair_tail,
+                                                with_kind, write_results)
 
 __all__ = ["BATCH", "FINISH", "FORMAT_VERSION", "HEADER", "KINDS", "MAX_LINE_BYTES", "OTHER",
            "RECORD", "RECORDS", "RESUME", "RUN", "STEP", "STEP_PASS", "SYNC_ENDS", "SYNC_EVERY",
            "SYNC_NONE", "Line", "LineProblem", "LineReader", "ResultsFile", "ResultsFileError",
-           "ResultsStream", "ResultsWriter", "encode_line", "file_digest", "header_line",
-           "iter_results", "line_kind", "load_results", "measured_passes", "open_results",
-           "pass_samples", "pass_throughput", "peak_memory_mb", "read_results",
-           "read_results_warned", "repair_tail", "scan_lines", "schema_problem", "stream_results",
-           "upgraded", "warn_problem", "with_kind", "write_results"]
+           "ResultsStream", "ResultsWriter", "encode_line", "encode_text", "encode_value",
+           "file_digest", "header_line", "iter_results", "line_kind", "load_results",
+           "measured_passes", "open_results", "pass_samples", "pass_throughput",
+           "peak_memory_mb", "read_results", "read_results_warned", "repair_tail", "scan_lines",
+           "schema_problem", "stream_results", "upgraded", "warn_problem", "with_kind",
+           "write_results"]

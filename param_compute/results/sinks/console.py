@@ -19,11 +19,9 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -37,6 +35,9 @@ from param_compute.results.utilization import percent_of_peak
 from param_compute.results.totals import WorkloadTotals
 from param_compute.formatting import cell, format_ms
 from param_compute import terminal
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 log = logging.getLogger("param_compute")
 
@@ -165,6 +166,9 @@ class ConsoleReporter(RecordSink):
         self.total = total
         if not self.show_progress:
             return
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)  # a bar's only
+
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=self.errors, transient=True)
@@ -179,9 +183,11 @@ class ConsoleReporter(RecordSink):
             self._progress_line(run)
         if record is None:
             return
-        self.workload.add(record)
-        self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
-                            for stats in record.stats().values())
+        if record.count is not None:  # a captured config's: part of a workload
+            self.workload.add(record)
+        if record.passes:  # a planned or failed-before-measuring run has no statistics
+            self.too_few += any(0 < (stats or {}).get("n", 0) < MIN_TRUSTED_N
+                                for stats in record.stats().values())
         self.disturbed += record.status == STATUS_OK and record.disturbed()
         self._keep(record)
 
