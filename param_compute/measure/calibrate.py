@@ -247,8 +247,13 @@ def calibrate(device: str = "cpu", threads: int = 1, dtypes: Sequence[str] = ("f
 
 def spec_dtypes(path: Path) -> List[str]:
     """The floating dtypes a spec's tensors use (``float32`` when it names none)."""
+    from param_compute.files import FileRefused, read_bounded
+    from param_compute.spec.loader import MAX_SPEC_BYTES
+
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(read_bounded(path, MAX_SPEC_BYTES))
+    except FileRefused as refused:
+        raise OptionsError(f"-c {path}: {refused.reason}") from None
     except (OSError, ValueError) as exc:
         raise OptionsError(f"-c {path}: cannot read it as JSON: {exc}") from None
     return spec_dtypes_from(raw)

@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from param_compute.measure.protocol import Protocol
 from param_compute.results.records import PER_SAMPLE, PassResult
-from param_compute.results.stats import median_ci
+from param_compute.results.stats import median, median_ci
 from param_compute.measure.clocks import pick_times, reads_thread_cpu
 from param_compute.measure.device_samples import finish_measure
 from param_compute.measure.disturbance import involuntary_switches, judge
@@ -46,8 +46,8 @@ def relative_half_width(times: List[float]) -> float:
     """The larger distance from the median to an end of its 95% interval, over the median."""
     ordered = sorted(times)
     low, high = median_ci(ordered)
-    median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
-    return max(median - low, high - median) / median if median > 0 else math.inf
+    middle = median(ordered)
+    return max(middle - low, high - middle) / middle if middle > 0 else math.inf
 
 
 class _NoRanges:
