@@ -328,3 +328,34 @@ def test_a_config_failing_in_every_call_is_warned_about_once(tmp_path):
     assert said.count("step replay: calls[") == 1
     assert "29 more failed calls of the same 1 config(s) not shown" in said
     assert "no call of the step ran (30 calls" in said
+
+
+def test_a_full_disk_mid_run_is_one_line_naming_the_file_and_nothing_torn(tmp_path,
+                                                                         monkeypatch):
+    """The results file's disk fills after the first record: one error line naming the file
+    (it said "internal error: OSError"), exit 1, and the file ends at its last whole line."""
+    import errno
+
+    from param_compute import files
+
+    spec = write_spec(tmp_path, {"torch.add": {
+        "input_data_generator": "PyTorch:DefaultDataGenerator",
+        "config": [{"input": [{"args": [tensor(n), tensor(n)]} for n in (4, 8, 16)]}]}})
+    out = tmp_path / "r.json"
+    real, written = files._write_all, []
+
+    def filling(fd, data):
+        if b'"op_name"' in data and any(b'"op_name"' in line for line in written):
+            real(fd, data[:len(data) // 2])  # half a line reaches the disk, then it is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(data)
+        real(fd, data)
+
+    monkeypatch.setattr(files, "_write_all", filling)
+    done = run_cli("-c", spec, "-w", "1", "-i", "1", "--output", out)
+    assert done.returncode == 1
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert f"{out}: the file system is full (No space left on device)" in done.stderr
+    lines = out.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert [json.loads(line)["kind"] for line in lines[:-1]] == ["header", "run"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from param_compute.results.file.reading import ResultsFileError
 from param_compute.pipeline.outputs import OutputPlan
 from param_compute.process.signals import Interrupted
 from param_compute.runtime.flags import add_arguments, values_from_args
@@ -115,6 +116,10 @@ def main(argv: Optional[List[str]] = None, prog: str = PARAM_DOOR) -> int:
     except (KeyboardInterrupt, Interrupted) as stop:  # before the run started: nothing to write
         print("interrupted", file=sys.stderr)
         return 128 + int(getattr(stop, "signum", signal.SIGINT))
+    except (OSError, ResultsFileError) as exc:  # an output failed mid-run (a full disk)
+        log.debug("output failed", exc_info=True)
+        print(f"error: {exc}", file=sys.stderr)  # it names the file and says why
+        return EXIT_RUN_FAILED
     except Exception as exc:  # an engine bug: say what, keep the traceback for DEBUG
         log.debug("internal error", exc_info=True)
         print(f"internal error: {type(exc).__name__}: {exc} (rerun with --log-level DEBUG for "
