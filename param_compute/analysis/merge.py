@@ -194,8 +194,7 @@ def _records(ordered: List[Tuple[Path, _Place]], reader: LineReader) -> Iterator
         yield record
 
 
-def main(argv: Optional[List[str]] = None,
-         prog: str = "python -m param_compute.merge") -> int:
+def build_parser(prog: str = "python -m param_compute.merge") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Join the results files of a sharded run into one, in the unsharded "
@@ -207,7 +206,12 @@ def main(argv: Optional[List[str]] = None,
     parser.add_argument("--skip-damaged", action="store_true",
                         help="merge even when a shard holds unusable lines (damaged JSON, "
                              "wrong types, a torn last line), listing each one skipped")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.merge") -> int:
+    args = build_parser(prog).parse_args(argv)
     damaged: List[str] = []
 
     def on_problem(path: Path, problem: LineProblem) -> None:

@@ -316,8 +316,7 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     return page(title, parts), sweeps
 
 
-def main(argv: Optional[List[str]] = None,
-         prog: str = "python -m param_compute.report") -> int:
+def build_parser(prog: str = "python -m param_compute.report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Write a self-contained HTML report of a results file: for a captured "
@@ -328,7 +327,12 @@ def main(argv: Optional[List[str]] = None,
                         help="the HTML file (default: RESULTS with .html)")
     parser.add_argument("--title", help="the report's title")
     parser.add_argument("--png-dir", type=Path, help="also save each plot as a PNG file here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.report") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         import matplotlib  # noqa: F401
     except ImportError:

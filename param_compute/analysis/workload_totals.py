@@ -71,13 +71,8 @@ def format_top_configs(totals: WorkloadTotals, width: Optional[int] = None) -> s
     return "\n".join(lines if width is None else fit_lines(lines, width, range(len(lines))))
 
 
-def main(argv: Optional[List[str]] = None,
-         prog: str = "python -m param_compute.workload_totals") -> int:
-    """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
-    time per op beside the original time (from ``original_us``), the file read once. Exit 2:
-    unreadable file; lines of wrong types are warned (file, line, field) and left out."""
-    from param_compute.results.file import RUN, ResultsFileError, stream_results
-
+def build_parser(prog: str = "python -m param_compute.workload_totals"
+                 ) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Replayed median x count per op of a captured workload, beside the "
@@ -86,7 +81,17 @@ def main(argv: Optional[List[str]] = None,
     parser.add_argument("--json", action="store_true",
                         help="print the fidelity ledger as one JSON object (analysis.ledger)")
     add_quiet(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.workload_totals") -> int:
+    """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
+    time per op beside the original time (from ``original_us``), the file read once. Exit 2:
+    unreadable file; lines of wrong types are warned (file, line, field) and left out."""
+    from param_compute.results.file import RUN, ResultsFileError, stream_results
+
+    args = build_parser(prog).parse_args(argv)
     from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_fields
 
     totals = WorkloadTotals()

@@ -20,7 +20,7 @@ from param_compute.history.backends import DEFAULT_DB, HistoryError, driver_erro
 PROG = "python -m param_compute.history"
 
 
-def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, metavar="DB",
                         help=f"the history: an SQLite file (default ./{DEFAULT_DB}) or a "
@@ -172,7 +172,7 @@ def _report(args) -> int:
 
 
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
-    args = _parser(prog).parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     command = {"add": _add, "show": _show, "check": _check, "report": _report}[args.command]
     try:
         if args.quiet:

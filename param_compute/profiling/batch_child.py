@@ -174,8 +174,7 @@ def replay(document: Dict[str, Any]) -> int:
     return EXIT_RUN_FAILED if failed else 0
 
 
-def main(argv: Optional[List[str]] = None,
-         prog: str = "python -m param_compute.run_batch") -> int:
+def build_parser(prog: str = "python -m param_compute.run_batch") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Replay one batch of runs (the child that --ncu/--nsys profile).")
@@ -185,7 +184,12 @@ def main(argv: Optional[List[str]] = None,
     source.add_argument("-s", "--shm", help="PARAM's form: a shared-memory block's name")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
     parser.add_argument("-d", "--device", help="replay on this device instead of the batch's")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.run_batch") -> int:
+    args = build_parser(prog).parse_args(argv)
     watch_parent()  # launched by a profiler: ends when the run that launched it is gone
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))

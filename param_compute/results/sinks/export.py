@@ -350,8 +350,7 @@ def export_stream(results: ResultsStream, csv_path: Optional[Path] = None,
 
 # --- command line: convert a results file ---------------------------------------------------
 
-def main(argv: Optional[List[str]] = None,
-         prog: str = "python -m param_compute.exporters") -> int:
+def build_parser(prog: str = "python -m param_compute.exporters") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Convert a results file to CSV and/or the PyTorch OSS benchmark-database "
@@ -359,6 +358,12 @@ def main(argv: Optional[List[str]] = None,
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
     parser.add_argument("--csv", type=Path, help="write one row per run and pass here")
     parser.add_argument("--oss-json", type=Path, help="write OSS benchmark-database JSON here")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None,
+         prog: str = "python -m param_compute.exporters") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.csv is None and args.oss_json is None:
         parser.error("nothing to write: give --csv and/or --oss-json")
