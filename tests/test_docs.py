@@ -37,6 +37,7 @@ OTHER_PROGRAMS: Dict[str, Tuple[str, str]] = {
     "--type": ("nsys export's: the SQLite export nsys_report reads", ""),
     "--distribution": ("a bench script's flag", "bench/dlrm_coverage.py"),
     "--traces": ("a bench script's flag", "bench/capture_fidelity.py"),
+    "--malloc": ("a bench script's flag", "bench/replay_models.py"),
 }
 
 
