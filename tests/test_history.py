@@ -513,3 +513,41 @@ def test_an_unusable_results_file_adds_nothing_and_makes_no_database(tmp_path):
         done = history("add", good, bad, "--label", "v1", db=db)
         assert (done.returncode, done.stderr, done.stdout) == (2, f"error: {bad}: {why}\n", "")
     assert not db.exists()
+
+
+def test_a_run_in_a_git_work_tree_is_labelled_by_its_commit(tmp_path):
+    """``sys_info.git_commit`` (the default history label) read from the work tree's files:
+    a branch's ref, packed refs, a detached HEAD and a linked worktree."""
+    import shutil
+
+    from param_compute.runtime.sysinfo import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args, cwd=repo):
+        return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "f").write_text("1")
+    git("add", "f")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "HEAD")
+    (repo / "sub").mkdir()
+    assert git_commit(str(repo / "sub")) == head  # from a folder below the root
+    git("pack-refs", "--all")
+    assert git_commit(str(repo)) == head  # the ref only in packed-refs
+    git("worktree", "add", "-q", str(tmp_path / "wt"))
+    assert git_commit(str(tmp_path / "wt")) == head
+    git("checkout", "-q", "--detach")
+    assert git_commit(str(repo)) == head
+    assert git_commit(str(tmp_path)) is None  # outside any work tree (tmp has none above)
+    header = {"sys_info": {"git_commit": head, "pytorch_version": "2.13.0"}}
+    from param_compute.history.identity import default_label
+
+    assert default_label(header) == head[:12]

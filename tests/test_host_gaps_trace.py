@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
@@ -213,6 +213,9 @@ _times = st.one_of(st.floats(-1e9, 1e9), st.sampled_from([0.0, 1e15, -1e15, 1e30
 @given(window=st.tuples(_times, st.one_of(st.floats(0, 1e10), st.just(1.5e308))),
        ops=st.lists(st.tuples(_times, st.one_of(st.floats(0, 1e10), st.just(1e300))),
                     min_size=4, max_size=4))
+@example(window=(1e15, 1.34375), ops=[(283768704.44318295, 1e300), (1.1754943508222875e-38,
+                                                                   1e300), (0.0, 1e300),
+                                      (1e15, 0.0)])  # rounded at 1e15: a tail past the window
 def test_any_timestamps_give_a_valid_step_file(window, ops):
     kineto = _with(kineto_trace(), "ProfilerStep#1", *window)
     for (name, _, _), (ts, dur) in zip(OPS, ops):

@@ -97,7 +97,7 @@ def protocol_text(options: Dict[str, Any], n_seen: Tuple[Optional[int], Optional
     if options.get("num_threads") is not None:
         how.append(f"{options['num_threads']} thread(s)")
     for key, label in (("backward", "backward timed"), ("cuda_graph", "CUDA graphs"),
-                       ("pt2_model", "torch.compile"), ("cuda_l2_cache", "L2 flushed")):
+                       ("pt2_model", "torch.compile"), ("cuda_l2_cache", "L2 kept warm")):
         if options.get(key):
             how.append(label)
     if options.get("cold"):

@@ -117,14 +117,15 @@ class RunOptions:
         help="adaptive: after -i iterations keep measuring until the measured time reaches S "
              "seconds (capped by --max-iteration)")
     max_iteration: int = flag("--max-iteration", default=100_000, type=int,
-                              help="cap on measured iterations with --min-time (default 100000)")
+                              help="cap on measured iterations when measuring by time or noise "
+                                   "(--min-time, --max-noise, the default protocol; default "
+                                   "100000)")
     #: Time-based warm-up: after the ``warmup`` calls keep warming until this many seconds of
     #: calls have run (with ``min_time``, also until the per-block median stops drifting).
     warmup_time: Optional[float] = flag(
         "--warmup-time", default=None, type=float, metavar="S",
         help="after the -w calls keep warming up until S seconds of calls have run (with "
-             "--min-time also until the per-block median settles); recommended: "
-             "--warmup-time 0.2 --min-time 0.5")
+             "--min-time also until the per-block median settles; --protocol auto: 0.01)")
     #: --max-noise/--max-time (``measure.measurer``); --timer (``measure.clocks.TIMERS``).
     max_noise: Optional[float] = flag(
         "--max-noise", default=None, type=float, metavar="PCT",
@@ -233,13 +234,14 @@ class RunOptions:
         help="run with the device and thread count a captured spec records (__capture__) "
              "instead of -d/--num-threads (a run that differs is warned about; so is one "
              "under other allocator settings, which only the environment can give)")
-    #: After the isolated runs, replay the captured step in order (``runtime.step_session``);
+    #: After the isolated runs, replay the captured step in order (``runtime.step_run``);
     #: ``step_file``: its step file (default ``NAME.step.json`` beside the spec).
     replay_step: bool = flag(
         "--replay-step", default=False, action="store_true",
         help="also replay the captured step as a whole, in order, outputs fed to their "
-             "consumers (NAME.step.json beside the spec): the step's time and each config's "
-             "in-step time go into a step_replay line")
+             "consumers (NAME.step.json beside the spec): one more run, step_replay|0|0|0, "
+             "measured by the run's protocol; its record (kind step) gives each config's "
+             "in-step time too")
     step_file: Optional[str] = flag("--step", default=None, type=str, metavar="FILE",
                                     help="the step file for --replay-step (implies it)")
     #: Keep the original host's time between calls in the step replay's step-timed passes

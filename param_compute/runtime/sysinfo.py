@@ -28,6 +28,9 @@ def sys_info(device: str, include_torch: bool = True,
         "cpu_governor": cpu_governor(),
         "allocator": allocator_settings(),  # the host allocator's environment ({}: defaults)
     }
+    commit = git_commit()
+    if commit is not None:  # the code being measured: a run's default history label
+        info["git_commit"] = commit
     if not include_torch:  # a dry run: torch's version from its package, torch not imported
         from param_compute.operators.name_index import torch_version
 
@@ -75,6 +78,62 @@ def cpu_governor(path: str = GOVERNOR) -> Optional[str]:
     except OSError:
         return None
     return text if text.isprintable() and text else None
+
+
+#: The most bytes read of a git file (HEAD, a ref, packed-refs).
+MAX_GIT_FILE_BYTES = 1 << 20
+_HEX = frozenset("0123456789abcdef")
+
+
+def _git_file(path) -> Optional[str]:
+    from param_compute.files import FileRefused, read_bounded
+
+    try:
+        return read_bounded(path, MAX_GIT_FILE_BYTES).decode("utf-8", "replace")
+    except (FileRefused, OSError):
+        return None
+
+
+def _is_commit(text: Optional[str]) -> bool:
+    return text is not None and len(text) in (40, 64) and set(text) <= _HEX
+
+
+def git_commit(start: Optional[str] = None) -> Optional[str]:
+    """The commit checked out in the git work tree around ``start`` (the working directory),
+    read from its files (no ``git`` process): HEAD, the branch's ref or ``packed-refs``; None
+    outside a work tree or where it cannot tell."""
+    from pathlib import Path
+
+    folder = Path(start or os.getcwd()).resolve()
+    for place in (folder, *folder.parents):
+        dot_git = place / ".git"
+        if dot_git.is_file():  # a worktree or submodule: "gitdir: PATH"
+            text = (_git_file(dot_git) or "").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            dot_git = (place / text[len("gitdir:"):].strip()).resolve()
+        if not dot_git.is_dir():
+            continue
+        head = (_git_file(dot_git / "HEAD") or "").strip()
+        if _is_commit(head):  # detached
+            return head
+        if not head.startswith("ref: "):
+            return None
+        ref = head[len("ref: "):].strip()
+        common = dot_git
+        shared = (_git_file(dot_git / "commondir") or "").strip()
+        if shared:  # a linked worktree keeps its refs in the main repository
+            common = (dot_git / shared).resolve()
+        for where in (dot_git, common):
+            value = (_git_file(where / ref) or "").strip()
+            if _is_commit(value):
+                return value
+        for line in (_git_file(common / "packed-refs") or "").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1] == ref and _is_commit(parts[0]):
+                return parts[0]
+        return None
+    return None
 
 
 def _version() -> str:

@@ -332,7 +332,13 @@ def host_timeline(join: KinetoJoin, order: List[Dict[str, Any]]
     if not calls:
         return None, {"written": False, "why": "no top-level call of the step was joined to "
                       "a Kineto event"}
-    timeline = HostTimeline(calls, free(cursor, w1), real)
+    tail = free(cursor, w1)
+    total = sum(gap for gap, _ in calls.values()) + tail
+    if total > length:  # far from zero a timestamp is rounded (at 1e15 µs, to 0.125 µs):
+        scale = length / total  # the gaps, disjoint parts of the window, never exceed it
+        calls = {key: (gap * scale, own) for key, (gap, own) in calls.items()}
+        tail *= scale
+    timeline = HostTimeline(calls, tail, real)
     return timeline, {"written": True, "real_host_us": round(real, 1), "real_host": derived,
                       "gaps": "per call: the host time since the previous top-level call "
                               "ended (the window's start for the first) less the profiler's "
