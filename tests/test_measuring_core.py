@@ -33,7 +33,7 @@ from param_compute.spec.step_file import step_path
     ({"max_noise": 1.0, "max_time": 2.0}, "auto", dict(AUTO, max_noise=1.0, max_time=2.0)),
     # --min-time alone measures for that long, as it always did: no noise rule, cap raised
     ({"min_time": 0.5, "warmup_time": 0.2}, "auto",
-     dict(AUTO, min_time=0.5, warmup_time=0.2, max_noise=0.0, max_time=0.5)),
+     dict(AUTO, min_time=0.5, warmup_time=0.2, max_noise=None, max_time=0.5)),
 ])
 def test_the_protocol_is_resolved_from_what_was_given(given, protocol, expected):
     options = RunOptions(**given).check()
@@ -359,3 +359,45 @@ def test_a_full_disk_mid_run_is_one_line_naming_the_file_and_nothing_torn(tmp_pa
     lines = out.read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
     assert [json.loads(line)["kind"] for line in lines[:-1]] == ["header", "run"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-noise", "0"], "--max-noise must be a percentage > 0 with --iteration >= 1, got 0.0 "
+                           "(leave it out for no noise rule)"),
+    (["--max-time", "1e308"], "--max-time 1e+308 s is more than a week (604800 s): a typo?"),
+    (["--min-time", "1e9"], "--min-time 1e+09 s is more than a week (604800 s): a typo?"),
+    (["--max-memory", "1e400"], "--max-memory 1e400: more than 1e+18 bytes (an exabyte); "
+                                "write 'none' for no limit"),
+])
+def test_measuring_bounds_that_mean_nothing_are_refused(tmp_path, args, message):
+    """--max-noise 0 silently meant off; --max-time 1e308 made every run an OverflowError
+    record; --max-memory 1e400 ended as an internal error."""
+    done = run_cli("-c", EXAMPLES / "simple_add.json", "--output", tmp_path / "r.json", *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and not (tmp_path / "r.json").exists()
+
+
+def test_the_library_runs_the_spec_as_given_not_as_changed_mid_run(tmp_path):
+    """The caller's dict changed while the run went on: the runs and the header's hash are
+    those of the spec as it was given."""
+    spec = {"torch.add": {"input_data_generator": "PyTorch:DefaultDataGenerator",
+                          "config": [{"input": [{"args": [tensor(4), tensor(4)]}]}]}}
+    given = json.loads(json.dumps(spec))
+
+    class Mutating:
+        def start(self, total):
+            spec["torch.add"]["config"][0]["input"][0]["args"][0]["shape"] = [999]
+
+        def run_done(self, run, record):
+            pass
+
+        def finish(self, summary):
+            pass
+
+    out = tmp_path / "r.json"
+    param_compute.run(spec, warmup=0, iteration=1, output=out, sinks=[Mutating()])
+    header, run, _ = _records(out)
+    assert run["config"]["input"]["args"][0]["shape"] == [4]
+    from param_compute.pipeline.loading import load_spec
+
+    assert header["run_options"]["spec_sha256"] == load_spec(given, RunOptions()).digest

@@ -74,14 +74,24 @@ def timer_refusal(timer: str, device: str, num_threads: int,
     return TIMERS[timer].refusal(device, num_threads)
 
 
-def measuring_refusal(max_noise: float, max_time: float, min_time: float, iteration: int,
-                      keep_samples: int) -> Optional[str]:
-    """What is wrong with ``--max-noise``/``--max-time``/``--keep-samples`` (None: nothing)."""
-    if not (math.isfinite(max_noise) and max_noise >= 0) or (max_noise and iteration == 0):
-        return f"--max-noise must be a percentage > 0 with --iteration >= 1, got {max_noise}"
-    if not (math.isfinite(max_time) and max_time >= 0):  # refused where unused, too
-        return f"--max-time must be >= 0 seconds and finite, got {max_time}"
-    if max_noise and not (min_time <= max_time < math.inf):
+#: The longest ``--max-time``/``--min-time``/``--warmup-time`` a run takes (a week): beyond,
+#: a time is a typo (and 1e308 s overflows every sum made of it).
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+def measuring_refusal(max_noise: Optional[float], max_time: float, min_time: float,
+                      iteration: int, keep_samples: int) -> Optional[str]:
+    """What is wrong with ``--max-noise``/``--max-time``/``--keep-samples`` (None: nothing);
+    ``max_noise`` None: no noise rule (0 is no percentage: refused, not taken as off)."""
+    if max_noise is not None and (not (math.isfinite(max_noise) and max_noise > 0)
+                                  or iteration == 0):
+        return (f"--max-noise must be a percentage > 0 with --iteration >= 1, got {max_noise}"
+                + (" (leave it out for no noise rule)" if max_noise == 0 else ""))
+    if not (math.isfinite(max_time) and 0 <= max_time <= MAX_SECONDS):  # refused where unused
+        return (f"--max-time must be >= 0 seconds and finite, got {max_time}"
+                if not (math.isfinite(max_time) and max_time >= 0) else
+                f"--max-time {max_time:g} s is more than a week ({MAX_SECONDS:g} s): a typo?")
+    if max_noise is not None and not (min_time <= max_time < math.inf):
         return f"--max-time ({max_time}) must be finite and >= --min-time ({min_time})"
     if keep_samples < 1:
         return f"--keep-samples must be >= 1, got {keep_samples}"

@@ -28,10 +28,11 @@ from param_compute.errors import OptionsError
 from param_compute.measure.timing import ExecMode
 
 #: The values of each named protocol for the fields the user did not give.
+#: ``max_noise`` None: no noise rule.
 AUTO: Dict[str, Any] = {"warmup": 1, "iteration": 5, "warmup_time": 0.01, "min_time": 0.0,
                         "max_noise": 2.0, "max_time": 0.1, "min_samples": 5}
 PARAM: Dict[str, Any] = {"warmup": 1, "iteration": 1, "warmup_time": 0.0, "min_time": 0.0,
-                         "max_noise": 0.0, "max_time": 10.0, "min_samples": 10}
+                         "max_noise": None, "max_time": 10.0, "min_samples": 10}
 PROTOCOLS = {"auto": AUTO, "param": PARAM}
 #: The fields a protocol fills, in the order ``resolve`` reads them.
 FIELDS = ("warmup", "iteration", "warmup_time", "min_time", "max_noise", "max_time")
@@ -52,7 +53,7 @@ def resolve(protocol: Optional[str], given: Dict[str, Any]) -> Dict[str, Any]:
     values = dict(PROTOCOLS[protocol])
     min_time = given.get("min_time")
     if protocol == "auto" and min_time is not None:
-        values["max_noise"] = 0.0
+        values["max_noise"] = None
         if isinstance(min_time, (int, float)) and min_time > values["max_time"]:
             values["max_time"] = min_time
     out = {name: given[name] if given.get(name) is not None else values[name]

@@ -66,12 +66,14 @@ def load_spec(spec: SpecInput, options: RunOptions, toolchain: Any = None,
         digest = hashlib.sha256(data).hexdigest()
         raw = _start_up(lambda: spec_from_bytes(data, source), owns_process)
     else:
-        source, raw = f"<{type(spec).__name__}>", spec
+        source = f"<{type(spec).__name__}>"
         problem = nesting_depth_problem(spec)
         if problem:
             raise SpecError(source, [problem])
-        digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str)
-                                .encode("utf-8")).hexdigest()
+        # A snapshot: the caller's dict may change while the run goes on; what runs (and
+        # what resume and the header's hash know) is the spec as it was given.
+        raw = json.loads(json.dumps(spec, default=str))
+        digest = hashlib.sha256(json.dumps(raw, sort_keys=True).encode("utf-8")).hexdigest()
     index = _name_index(raw, options) if toolchain is None else None
     if toolchain is None:
         toolchain = _start(options, index, owns_process)

@@ -29,11 +29,13 @@ MEASURING_KEYS = ("device", "warmup", "iteration", "backward", "exec_mode", "num
                   "seed", "min_time", "max_iteration", "warmup_time", "verify", "cuda_l2_cache",
                   "throughput", "pt2_model", "cuda_graph", "profile", "execution_trace",
                   "timer", "max_noise", "discard_disturbed", "repetitions", "cold",
-                  "discard_throttled", "max_time")
+                  "discard_throttled", "max_time", "protocol")
 #: Of those, keys that older files lack (compared only where the file has them), and keys
 #: that matter only beside another (``--max-time`` bounds ``--max-noise`` only).
-LATER_KEYS = ("repetitions", "cold", "discard_throttled", "max_time")
+LATER_KEYS = ("repetitions", "cold", "discard_throttled", "max_time", "protocol")
 ONLY_WITH = {"max_time": "max_noise"}
+#: Keys whose "off" was written as 0 by older files and as null now.
+OFF_AS_NULL = ("max_noise",)
 
 
 def _differs(key: str, options: Dict[str, Any], run_options: Dict[str, Any]) -> bool:
@@ -42,6 +44,8 @@ def _differs(key: str, options: Dict[str, Any], run_options: Dict[str, Any]) -> 
     partner = ONLY_WITH.get(key)
     if partner is not None and not (options.get(partner) or run_options.get(partner)):
         return False
+    if key in OFF_AS_NULL:
+        return (options.get(key) or None) != (run_options.get(key) or None)
     return options.get(key) != run_options.get(key)
 
 

@@ -21,6 +21,7 @@ worker a hard limit as a backstop.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, Optional
@@ -29,6 +30,8 @@ from param_compute.plan.tensor_bytes import storage_elements, tensor_spec_bytes 
 from param_compute.errors import OptionsError
 
 DEFAULT_FRACTION = 0.5
+#: The largest ``--max-memory`` taken (an exabyte): more is no memory any machine has.
+MAX_SIZE = 1e18
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
@@ -42,7 +45,11 @@ def parse_size(text: str) -> Optional[int]:
     match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)", value)
     if not match or match.group(2) not in _UNITS:
         raise OptionsError(f"--max-memory: cannot read {text!r}; write e.g. 8GB, 512MiB or none")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    size = float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(size) or size > MAX_SIZE:  # 1e400: inf, which int() cannot take
+        raise OptionsError(f"--max-memory {text}: more than {MAX_SIZE:.0e} bytes (an exabyte); "
+                           "write 'none' for no limit")
+    return int(size)
 
 
 def format_size(nbytes: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
-from param_compute.measure.clocks import TIMERS, measuring_refusal, timer_refusal
+from param_compute.measure.clocks import MAX_SECONDS, TIMERS, measuring_refusal, timer_refusal
 from param_compute.runtime.flags import flag
 from param_compute.runtime.option_values import host_gaps_refusal, typed_value
 from param_compute.measure.protocol import FIELDS as PROTOCOL_FIELDS
@@ -275,7 +275,7 @@ class RunOptions:
         """The protocol every measurement of this run follows (``measure.protocol``)."""
         return Protocol(
             warmup=self.warmup, iteration=self.iteration, warmup_time=self.warmup_time,
-            min_time=self.min_time, max_noise=self.max_noise, max_time=self.max_time,
+            min_time=self.min_time, max_noise=self.max_noise or 0.0, max_time=self.max_time,
             max_iteration=self.max_iteration, min_samples=PROTOCOLS[self.protocol][
                 "min_samples"], exec_mode=self.exec_mode, timer=self.timer,
             discard_disturbed=self.discard_disturbed, discard_throttled=self.discard_throttled,
@@ -299,11 +299,13 @@ class RunOptions:
         if self.num_threads > most:  # OpenMP would try to start them all (a segfault)
             raise OptionsError(f"--num-threads {self.num_threads} is more than this machine "
                                f"allows: at most {most} ({THREADS_PER_CPU} per CPU)")
-        if not (math.isfinite(self.min_time) and self.min_time >= 0):
-            raise OptionsError(f"--min-time must be >= 0 seconds and finite, got {self.min_time}")
-        if not (math.isfinite(self.warmup_time) and self.warmup_time >= 0):
-            raise OptionsError(f"--warmup-time must be >= 0 seconds and finite, got "
-                               f"{self.warmup_time}")
+        for flag_name, seconds in (("--min-time", self.min_time),
+                                   ("--warmup-time", self.warmup_time)):
+            if not (math.isfinite(seconds) and seconds >= 0):
+                raise OptionsError(f"{flag_name} must be >= 0 seconds and finite, got {seconds}")
+            if seconds > MAX_SECONDS:
+                raise OptionsError(f"{flag_name} {seconds:g} s is more than a week "
+                                   f"({MAX_SECONDS:g} s): a typo?")
         why = timer_refusal(self.timer, self.device, self.num_threads, self.discard_disturbed) \
             or measuring_refusal(
             self.max_noise, self.max_time, self.min_time, self.iteration, self.keep_samples) \
