@@ -83,13 +83,15 @@ def write_spec(directory: Path, name: str, spec: dict) -> Path:
     return path
 
 
-def run_cli(spec_path: Path, output: Path, *options: str) -> Dict[str, float]:
-    """Run the command line in a child: its wall and CPU time (s, start-up included), peak RSS.
+def run_cli(spec_path: Path, output: Path, *options: str,
+            module: str = "param_compute.cli.run_benchmark") -> Dict[str, float]:
+    """Run the command line (``module``'s ``main``) in a child: its wall and CPU time (s,
+    start-up included), peak RSS.
 
     The peak comes from ``wait4``'s rusage of exactly that child (``ru_maxrss``, KiB on Linux),
     so earlier children do not mask it the way ``RUSAGE_CHILDREN`` would.
     """
-    command = [sys.executable, "-m", "param_compute.cli.run_benchmark", "-c", str(spec_path),
+    command = [sys.executable, "-m", module, "-c", str(spec_path),
                "--output", str(output), "--no-progress", *options]
     log_path = Path(output).with_suffix(".stderr")
     with open(log_path, "wb") as log:

@@ -1,5 +1,5 @@
 """Torch-free helpers for the benches that time whole processes: a core free before each one,
-param_compute's bytecode compiled first.
+one CPU for both sides of a comparison, param_compute's bytecode compiled first.
 
 Torch-free on purpose: a child started from a process that imported torch counts torch's pages
 in its peak RSS (``ru_maxrss`` carries over the exec), so the scripts that report a child's peak
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Dict, Optional
 
 PACKAGE = Path(__file__).resolve().parent.parent / "param_compute"
 
@@ -42,6 +43,53 @@ def wait_quiet(max_cores: float = 1.25, timeout_s: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
     return True
+
+
+def _idle_jiffies_per_cpu() -> Dict[int, int]:
+    idle: Dict[int, int] = {}
+    with open("/proc/stat") as stat:
+        for line in stat:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name != "cpu":
+                idle[int(name[3:])] = int(fields[3]) + int(fields[4])
+    return idle
+
+
+def quietest_cpu(window_s: float = 0.1) -> int:
+    """The CPU this process may use that sat idle the longest over ``window_s``."""
+    allowed = os.sched_getaffinity(0)
+    before = _idle_jiffies_per_cpu()
+    time.sleep(window_s)
+    after = _idle_jiffies_per_cpu()
+    return max(sorted(allowed), key=lambda cpu: after.get(cpu, 0) - before.get(cpu, 0))
+
+
+class pinned_cpu:
+    """Run the block on one CPU (``None``: wherever the scheduler puts it), and every child
+    process it starts on the same one.
+
+    The two vCPUs of the shared VM are not equally fast for long stretches: torch.sum over
+    2048×2048 float32 read 13–20% faster on vCPU 1 than on vCPU 0 for 2.5 minutes (same
+    process, same tensor, re-pinned every 0.3 s, thread CPU time), then equal, and 16% slower
+    on vCPU 1 a few minutes earlier and for a few seconds later; mm 256² and bmm stayed within
+    ±2%. A child started by a waiting parent ran on the other vCPU 8 of 8 times. A comparison
+    between two processes, or a thread the scheduler moves between vCPUs, measures which vCPU
+    each side got; pinned, both sides get the same one.
+    """
+
+    def __init__(self, cpu: Optional[int]):
+        self.cpu = cpu
+        self.saved: Optional[set] = None
+
+    def __enter__(self) -> "pinned_cpu":
+        if self.cpu is not None:
+            self.saved = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {self.cpu})
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved is not None:
+            os.sched_setaffinity(0, self.saved)
 
 
 def compile_bytecode(python: str = sys.executable) -> None:

@@ -36,23 +36,47 @@ VM by the inputs' page offsets alone, and fresh tensors read anywhere from 12.7 
 either tool), so a comparison on different tensors measures the allocator's luck; on the same
 tensors it measures the timers. Fresh tensors every round still sample that luck fairly.
 
+Each round runs on one CPU (the quietest when it starts; ``--no-pin``: wherever the scheduler
+puts each step), children included: the VM's two vCPUs differ in speed for minutes at a time
+(``_processes.pinned_cpu``: torch.sum 2048² 13–20% apart), so two sides on different vCPUs
+measure the vCPUs.
+
+``--as-user`` measures the way a user does, on seven operators (add and relu 1024², mm 256²,
+bmm 8×128², softmax and layer_norm 512×1024, sum 2048²): a spec file per operator with the
+default data generator (``"input_data_generator": "PyTorch:DefaultDataGenerator"``, tensor specs
+``{"type": "tensor", "dtype": "float", "shape": [...]}``) run by ``python -m
+param_compute.run_benchmark -c SPEC --warmup-time 0.2 --min-time 0.5 --exec-mode MODE`` in a
+child, against ``Timer(stmt, globals=...).blocked_autorange`` on fresh ``torch.rand`` tensors of
+the same shapes, bracketed as above, USER_ROUNDS (3) rounds. Like for like: the spec's tensors
+say ``"requires_grad": false`` (the generator's default, true, adds autograd bookkeeping to every
+call: 0.4–0.7 µs here); ``--grad`` leaves the default and gives theirs ``requires_grad`` tensors
+too. Discrete mode is judged on theirs' statistic computed from our per-call times (all kept:
+``--keep-samples``): the median of the means of consecutive blocks of at least 10 ms; the
+table's per-call median, what a user reads, is ratioed beside it. One row per operator and mode
+(ours, theirs, ratio, each round's ratio, A/A control); exit status as above.
+
     python bench/fidelity.py [--rounds 5] [--warmup-time 0.2] [--min-time 0.5] [--all-sizes]
+    python bench/fidelity.py --as-user [--rounds 3] [--grad] [--no-pin]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
-from typing import Any, Dict, List, Tuple
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
 
 import param_compute
 from param_compute import DataGenerator, register_data_generator
-from _common import (console, median, op_spec, pin_threads, print_table, tensor, torch_ms, us,
-                     verdict, wait_quiet)
+from _common import (console, median, op_spec, pin_threads, print_table, run_cli, tensor,
+                     torch_ms, us, verdict, wait_quiet, write_spec)
+from _processes import pinned_cpu, quietest_cpu
 
 TOLERANCE = 0.07
 #: Fresh buffers land differently in a last-level cache shared with other tenants: a memory-bound
@@ -67,6 +91,8 @@ ROUNDS = 5
 JUDGED = {"discrete": "mean", "continuous": "median"}
 CONTROL_TOLERANCE = 0.05
 RETRIES = 1
+#: --as-user: rounds per case (each starts two command-line children).
+USER_ROUNDS = 3
 WARMUP_TIME, MIN_TIME = 0.2, 0.5
 
 FUNCTIONS = {"torch.add": torch.add, "torch.mul": torch.mul, "torch.nn.functional.relu": F.relu,
@@ -148,102 +174,277 @@ def ours(spec: dict, mode: str, warmup_time: float, min_time: float) -> Dict[str
             "noisy": bool(record.get("noisy"))}
 
 
-def measure(op: str, args: List[dict], kwargs: Dict[str, dict], rounds: int,
-            warmup_time: float, min_time: float) -> Dict[str, Any]:
-    """Rounds of theirs, ours, theirs, ours, theirs; medians and bracketed ratios."""
-    fn = FUNCTIONS[op]
-    spec = op_spec(op, [{"args": args, "kwargs": kwargs}])
-    spec[op]["input_data_generator"] = ROUND_INPUTS
-
-    def theirs() -> float:
-        return torch_ms(fn, *_RoundInputs.current, min_run_time=min_time)
-
+def bracketed(rounds: int, make_inputs: Callable[[], Tuple[List[Any], Dict[str, Any]]],
+              theirs: Callable[[], float], ours_fn: Callable[[str], Dict[str, Any]],
+              judged: Dict[str, str], pin: bool) -> Dict[str, Any]:
+    """Rounds of theirs, ours, theirs, ours, theirs (which mode first alternating), each round
+    gated on a free core and, with ``pin``, run on the quietest CPU (children included); the
+    medians and the medians of the bracketed ratios (``judged[mode]`` of ours, and its median)."""
     samples: Dict[str, List[Dict[str, Any]]] = {"discrete": [], "continuous": []}
     ratios: Dict[str, List[float]] = {"discrete": [], "discrete_median": [], "continuous": [],
-                                      "control": []}
+                                      "continuous_median": [], "control": []}
     theirs_values: List[float] = []
     contended = 0
     for r in range(rounds):
         contended += not wait_quiet()
-        _RoundInputs.current = ([materialize(a) for a in args],
-                                {k: materialize(v) for k, v in kwargs.items()})
+        make_inputs()
         modes = ("discrete", "continuous") if r % 2 == 0 else ("continuous", "discrete")
-        first = theirs()
-        one = ours(spec, modes[0], warmup_time, min_time)
-        middle = theirs()
-        two = ours(spec, modes[1], warmup_time, min_time)
-        last = theirs()
+        with pinned_cpu(quietest_cpu() if pin else None):
+            first = theirs()
+            one = ours_fn(modes[0])
+            middle = theirs()
+            two = ours_fn(modes[1])
+            last = theirs()
         for mode, value, before, after in ((modes[0], one, first, middle),
                                            (modes[1], two, middle, last)):
             samples[mode].append(value)
-            ratios[mode].append(value[JUDGED[mode]] / ((before + after) / 2))
-            if mode == "discrete":
-                ratios["discrete_median"].append(value["median"] / ((before + after) / 2))
+            ratios[mode].append(value[judged[mode]] / ((before + after) / 2))
+            ratios[f"{mode}_median"].append(value["median"] / ((before + after) / 2))
         ratios["control"].append(middle / ((first + last) / 2))
         theirs_values += [first, middle, last]
     out: Dict[str, Any] = {"contended": contended, "theirs": median(theirs_values)}
     for name in ("discrete", "continuous"):
-        out[name] = median(v[JUDGED[name]] for v in samples[name])
+        out[name] = median(v[judged[name]] for v in samples[name])
+        out[f"{name}_shown"] = median(v["median"] for v in samples[name])
         out[f"{name}_n"] = min(v["n"] for v in samples[name])
         out[f"{name}_noisy"] = sum(v["noisy"] for v in samples[name])
     for name, values in ratios.items():
         out[f"{name}_ratio"] = median(values)
+        out[f"{name}_ratios"] = values
     return out
+
+
+def measure(op: str, args: List[dict], kwargs: Dict[str, dict], rounds: int,
+            warmup_time: float, min_time: float, pin: bool) -> Dict[str, Any]:
+    """The default check: ours in-process on the round's tensors, against theirs on them."""
+    fn = FUNCTIONS[op]
+    spec = op_spec(op, [{"args": args, "kwargs": kwargs}])
+    spec[op]["input_data_generator"] = ROUND_INPUTS
+
+    def make_inputs() -> None:
+        _RoundInputs.current = ([materialize(a) for a in args],
+                                {k: materialize(v) for k, v in kwargs.items()})
+
+    def theirs() -> float:
+        return torch_ms(fn, *_RoundInputs.current, min_run_time=min_time)
+
+    return bracketed(rounds, make_inputs, theirs,
+                     lambda mode: ours(spec, mode, warmup_time, min_time), JUDGED, pin)
+
+
+# --as-user: the seven operators as a user benchmarks them. Sizes near 0.1–0.35 ms at one thread
+# on the development VM (add 110 µs, relu 80, mm 310, bmm 330, softmax 220, layer_norm 230,
+# sum 160), mm 256², sum 2048² and a bmm among them, as the issue measured.
+USER_CASES = [
+    ("torch.add", [tensor([1024, 1024]), tensor([1024, 1024])], {}),
+    ("torch.nn.functional.relu", [tensor([1024, 1024])], {}),
+    ("torch.mm", [tensor([256, 256]), tensor([256, 256])], {}),
+    ("torch.bmm", [tensor([8, 128, 128]), tensor([8, 128, 128])], {}),
+    _softmax(512),
+    _layer_norm(512, 1024),
+    ("torch.sum", [tensor([2048, 2048])], {}),
+]
+#: --as-user judges discrete mode on theirs' statistic computed from our per-call times: the
+#: median of the means of consecutive blocks of at least BLOCK_MS (theirs: blocks of 10^k calls
+#: lasting at least 10 ms). Our table's per-call median is shown and ratioed beside it.
+USER_JUDGED = {"discrete": "blocked", "continuous": "median"}
+BLOCK_MS = 10.0
+
+
+def blocked_median(times: List[float], block_ms: float = BLOCK_MS) -> float:
+    """The median of the means of consecutive runs of ``times`` lasting at least ``block_ms``
+    each (a last run shorter than that is left out, unless it is the only one)."""
+    means: List[float] = []
+    start, spent = 0, 0.0
+    for end, value in enumerate(times, 1):
+        spent += value
+        if spent >= block_ms:
+            means.append(spent / (end - start))
+            start, spent = end, 0.0
+    if not means:
+        means.append(spent / max(1, len(times)))
+    return median(means)
+
+
+def user_spec(op: str, args: List[dict], kwargs: Dict[str, dict], grad: bool) -> dict:
+    """The spec a user writes for one config: the default data generator and tensor specs with
+    no value range. ``grad``: the tensors keep the generator's default, ``requires_grad`` true
+    (the key left out); else ``"requires_grad": false``, the like-for-like with a Timer on plain
+    ``torch.rand`` tensors."""
+    def data(spec: dict) -> dict:
+        if spec["type"] != "tensor":
+            return spec
+        written = {key: value for key, value in spec.items() if key != "requires_grad"}
+        if not grad:
+            written["requires_grad"] = False
+        return written
+    return op_spec(op, [{"args": [data(a) for a in args],
+                         "kwargs": {k: data(v) for k, v in kwargs.items()}}])
+
+
+def ours_cli(spec_path: Path, mode: str, warmup_time: float, min_time: float) -> Dict[str, Any]:
+    """The command line in a child on the spec file (``--warmup-time``, ``--min-time``,
+    ``--exec-mode``; every raw time kept): the table's median, the mean, the blocked median."""
+    output = spec_path.with_suffix(f".{mode}.jsonl")
+    run_cli(spec_path, output, "--warmup-time", str(warmup_time), "--min-time", str(min_time),
+            "--exec-mode", mode, "--keep-samples", "10000000",
+            module="param_compute.run_benchmark")
+    with open(output) as results:
+        records = [json.loads(line) for line in results if line.strip()]
+    [record] = [r for r in records if "stats" in r]
+    if record.get("status") != "ok":
+        raise RuntimeError(f"engine run failed: {record.get('error')}")
+    stats, times = record["stats"]["forward"], record["metric"]["forward"]["measure.time"]
+    return {"median": stats["median"], "mean": stats["mean"], "n": stats["n"],
+            "blocked": blocked_median(times) if mode == "discrete" else stats["median"],
+            "noisy": bool(record.get("noisy"))}
+
+
+def measure_as_user(op: str, args: List[dict], kwargs: Dict[str, dict], rounds: int,
+                    warmup_time: float, min_time: float, pin: bool, grad: bool,
+                    directory: Path) -> Dict[str, Any]:
+    """``--as-user``: ours from a spec file through the command line, theirs on fresh
+    ``torch.rand`` tensors of the same shapes (``requires_grad`` as the spec's)."""
+    fn = FUNCTIONS[op]
+    spec_path = write_spec(directory, f"{op.rsplit('.', 1)[-1]}.json",
+                           user_spec(op, args, kwargs, grad))
+    inputs: List[Tuple[List[Any], Dict[str, Any]]] = [([], {})]
+
+    def fresh(spec: Dict[str, Any]) -> Any:
+        value = materialize(spec)
+        return value.requires_grad_(grad) if isinstance(value, torch.Tensor) else value
+
+    def make_inputs() -> None:
+        inputs[0] = ([fresh(a) for a in args], {k: fresh(v) for k, v in kwargs.items()})
+
+    def theirs() -> float:
+        return torch_ms(fn, *inputs[0], min_run_time=min_time)
+
+    return bracketed(rounds, make_inputs, theirs,
+                     lambda mode: ours_cli(spec_path, mode, warmup_time, min_time),
+                     USER_JUDGED, pin)
+
+
+def run_cases(selected: List[tuple], measure_case: Callable[..., Dict[str, Any]],
+              rounds: int) -> Tuple[List[Tuple[tuple, Dict[str, Any], int, str]], int, int]:
+    """Each case measured (again, up to RETRIES times, while its A/A control is off), judged."""
+    judged, contended, rounds_run = [], 0, 0
+    for case in selected:
+        for attempt in range(1 + RETRIES):
+            m = measure_case(*case)
+            contended += m["contended"]
+            rounds_run += rounds
+            if abs(m["control_ratio"] - 1) <= CONTROL_TOLERANCE:
+                break
+        within = all(abs(m[f"{mode}_ratio"] - 1) <= TOLERANCE
+                     for mode in ("discrete", "continuous"))
+        noisy = not within and abs(m["control_ratio"] - 1) > CONTROL_TOLERANCE
+        judged.append((case, m, attempt + 1, "pass" if within else "noisy" if noisy else "miss"))
+    return judged, contended, rounds_run
+
+
+def outcome_cell(outcome: str) -> str:
+    return "[yellow]noisy[/yellow]" if outcome == "noisy" else verdict(outcome == "pass")
+
+
+def short(op: str) -> str:
+    return op.replace("torch.nn.functional.", "F.").replace("torch.", "")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=ROUNDS,
-                        help=f"interleaved rounds (default {ROUNDS})")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"interleaved rounds (default {ROUNDS}; --as-user {USER_ROUNDS})")
     parser.add_argument("--warmup-time", type=float, default=WARMUP_TIME,
                         help=f"ours: --warmup-time (default {WARMUP_TIME})")
     parser.add_argument("--min-time", type=float, default=MIN_TIME,
                         help=f"ours: --min-time; theirs: min_run_time (default {MIN_TIME})")
     parser.add_argument("--all-sizes", action="store_true",
                         help="three sizes per operator (~10 µs, ~100 µs, ~1 ms) instead of one")
+    parser.add_argument("--as-user", action="store_true",
+                        help="the seven operators from spec files through the command line and "
+                             "the default data generator, against fresh torch.rand tensors")
+    parser.add_argument("--grad", action="store_true",
+                        help="--as-user: leave requires_grad at the generator's default (true) "
+                             "and give theirs requires_grad tensors too")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let the scheduler place each side (and the child) on any CPU")
     args = parser.parse_args()
     pin_threads()
+    if args.as_user:
+        return as_user(args)
 
-    rows, counts, contended, rounds_run = [], {"pass": 0, "miss": 0, "noisy": 0}, 0, 0
-    controls: List[float] = []
+    rounds = args.rounds or ROUNDS
+    rows: List[List[str]] = []
     selected = cases(args.all_sizes)
-    for op, op_args, op_kwargs in selected:
-        for attempt in range(1 + RETRIES):
-            m = measure(op, op_args, op_kwargs, args.rounds, args.warmup_time, args.min_time)
-            contended += m["contended"]
-            rounds_run += args.rounds
-            if abs(m["control_ratio"] - 1) <= CONTROL_TOLERANCE:
-                break
-        controls.append(m["control_ratio"])
-        within = all(abs(m[f"{mode}_ratio"] - 1) <= TOLERANCE
-                     for mode in ("discrete", "continuous"))
-        noisy = not within and abs(m["control_ratio"] - 1) > CONTROL_TOLERANCE
-        outcome = "pass" if within else "noisy" if noisy else "miss"
-        counts[outcome] += 1
-        rows.append([op.replace("torch.nn.functional.", "F."), size_label(op_args),
+    judged, contended, rounds_run = run_cases(
+        selected, lambda op, op_args, op_kwargs: measure(
+            op, op_args, op_kwargs, rounds, args.warmup_time, args.min_time, not args.no_pin),
+        rounds)
+    for (op, op_args, _), m, tries, outcome in judged:
+        rows.append([short(op), size_label(op_args),
                      us(m["discrete"]), str(m["discrete_n"]), f"{m['discrete_ratio']:.3f}",
-                     f"{m['discrete_median_ratio']:.3f}", us(m["continuous"]), str(m["continuous_n"]),
+                     f"{m['discrete_median_ratio']:.3f}", us(m["continuous"]),
+                     str(m["continuous_n"]),
                      f"{m['continuous_ratio']:.3f}", us(m["theirs"]),
-                     f"{m['control_ratio']:.3f}", str(attempt + 1),
-                     "[yellow]noisy[/yellow]" if noisy else verdict(within)])
+                     f"{m['control_ratio']:.3f}", str(tries), outcome_cell(outcome)])
     print_table(f"Fidelity vs torch.utils.benchmark (blocked_autorange median, min_run_time "
                 f"{args.min_time}), ours with --warmup-time {args.warmup_time} --min-time "
-                f"{args.min_time}; 1 thread, {args.rounds} rounds, each of ours bracketed by "
+                f"{args.min_time}; 1 thread, {rounds} rounds, each of ours bracketed by "
                 f"theirs; target: ours / theirs = 1 ± {TOLERANCE:.2f} in both modes (discrete: "
                 "its mean per call)",
                 ["op", "size", "ours discrete mean", "n", "ratio", "median ratio",
                  "ours continuous", "n",
                  "ratio (cont.)", "torch.utils.benchmark", "A/A control", "tries", "result"],
                 rows)
+    return summarize(judged, contended, rounds_run)
+
+
+def summarize(judged, contended: int, rounds_run: int) -> int:
+    """The A/A line and the counts; the exit status (0 all pass, 1 a miss, 3 noisy only)."""
+    controls = [m["control_ratio"] for _, m, _, _ in judged]
+    counts = {"pass": 0, "miss": 0, "noisy": 0}
+    for *_, outcome in judged:
+        counts[outcome] += 1
     spread = [abs(c - 1) for c in controls]
     console.print(f"A/A control (torch.utils.benchmark against itself): median |ratio − 1| "
                   f"{statistics.median(spread):.1%}, max {max(spread):.1%} over "
                   f"{len(controls)} cases")
     console.print(f"{counts['pass']} pass, {counts['miss']} miss, {counts['noisy']} noisy "
                   f"(A/A control off by > {CONTROL_TOLERANCE:.0%} after {1 + RETRIES} tries) of "
-                  f"{len(selected)}; {rounds_run - contended} of {rounds_run} rounds ran with a "
+                  f"{len(judged)}; {rounds_run - contended} of {rounds_run} rounds ran with a "
                   "core free of other load")
     return 1 if counts["miss"] else 3 if counts["noisy"] else 0
+
+
+def as_user(args) -> int:
+    """``--as-user``: one row per operator and mode, ours from the command line."""
+    rounds = args.rounds or USER_ROUNDS
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
+        judged, contended, rounds_run = run_cases(
+            USER_CASES, lambda op, op_args, op_kwargs: measure_as_user(
+                op, op_args, op_kwargs, rounds, args.warmup_time, args.min_time,
+                not args.no_pin, args.grad, Path(tmp)), rounds)
+    rows: List[List[str]] = []
+    for (op, op_args, _), m, tries, outcome in judged:
+        for mode in ("discrete", "continuous"):
+            rows.append([short(op), size_label(op_args), mode, us(m[f"{mode}_shown"]),
+                         f"{m[f'{mode}_median_ratio']:.3f}", us(m[mode]), us(m["theirs"]),
+                         f"{m[f'{mode}_ratio']:.3f}",
+                         " ".join(f"{r:.2f}" for r in m[f"{mode}_ratios"]),
+                         f"{m['control_ratio']:.3f}", str(tries), outcome_cell(outcome)])
+    grad = "true (the default)" if args.grad else "false"
+    print_table(f"Fidelity as a user measures: spec files (PyTorch:DefaultDataGenerator, "
+                f"requires_grad {grad}) through `python -m param_compute.run_benchmark "
+                f"--warmup-time {args.warmup_time} --min-time {args.min_time}` against "
+                f"blocked_autorange(min_run_time={args.min_time}) on torch.rand tensors; 1 "
+                f"thread, {rounds} rounds, each of ours bracketed by theirs"
+                f"{'' if args.no_pin else ', both on one CPU'}; target: ratio = 1 ± "
+                f"{TOLERANCE:.2f} (median over rounds; discrete: theirs' statistic, the median "
+                f"of ≥{BLOCK_MS:g} ms block means, from our per-call times)",
+                ["op", "shape", "mode", "ours (table median)", "median ratio", "ours (judged)",
+                 "tub", "ratio", "per round", "A/A control", "tries", "result"], rows)
+    return summarize(judged, contended, rounds_run)
 
 
 if __name__ == "__main__":
