@@ -56,7 +56,7 @@ table's per-call median, what a user reads, is ratioed beside it. One row per op
 (ours, theirs, ratio, each round's ratio, A/A control); exit status as above.
 
     python bench/fidelity.py [--rounds 5] [--warmup-time 0.2] [--min-time 0.5] [--all-sizes]
-    python bench/fidelity.py --as-user [--rounds 3] [--grad] [--no-pin]
+    python bench/fidelity.py --as-user [--rounds 3] [--grad] [--no-pin] [--only torch.sum]
 """
 
 from __future__ import annotations
@@ -343,6 +343,14 @@ def run_cases(selected: List[tuple], measure_case: Callable[..., Dict[str, Any]]
     return judged, contended, rounds_run
 
 
+def chosen(selected: List[tuple], names: List[str]) -> List[tuple]:
+    """The cases whose operator name contains one of ``names`` (all of them without names)."""
+    picked = [case for case in selected if not names or any(n in case[0] for n in names)]
+    if not picked:
+        raise SystemExit(f"no case matches {names}")
+    return picked
+
+
 def outcome_cell(outcome: str) -> str:
     return "[yellow]noisy[/yellow]" if outcome == "noisy" else verdict(outcome == "pass")
 
@@ -369,6 +377,8 @@ def main() -> int:
                              "and give theirs requires_grad tensors too")
     parser.add_argument("--no-pin", action="store_true",
                         help="let the scheduler place each side (and the child) on any CPU")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="only the operators whose name contains NAME (repeatable)")
     args = parser.parse_args()
     pin_threads()
     if args.as_user:
@@ -376,7 +386,7 @@ def main() -> int:
 
     rounds = args.rounds or ROUNDS
     rows: List[List[str]] = []
-    selected = cases(args.all_sizes)
+    selected = chosen(cases(args.all_sizes), args.only)
     judged, contended, rounds_run = run_cases(
         selected, lambda op, op_args, op_kwargs: measure(
             op, op_args, op_kwargs, rounds, args.warmup_time, args.min_time, not args.no_pin),
@@ -422,7 +432,7 @@ def as_user(args) -> int:
     rounds = args.rounds or USER_ROUNDS
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         judged, contended, rounds_run = run_cases(
-            USER_CASES, lambda op, op_args, op_kwargs: measure_as_user(
+            chosen(USER_CASES, args.only), lambda op, op_args, op_kwargs: measure_as_user(
                 op, op_args, op_kwargs, rounds, args.warmup_time, args.min_time,
                 not args.no_pin, args.grad, Path(tmp)), rounds)
     rows: List[List[str]] = []
