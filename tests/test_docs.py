@@ -38,6 +38,7 @@ OTHER_PROGRAMS: Dict[str, Tuple[str, str]] = {
     "--distribution": ("a bench script's flag", "bench/dlrm_coverage.py"),
     "--traces": ("a bench script's flag", "bench/capture_fidelity.py"),
     "--malloc": ("a bench script's flag", "bench/replay_models.py"),
+    "--as-user": ("a bench script's flag", "bench/fidelity.py"),
 }
 
 
