@@ -234,6 +234,19 @@ def test_the_command_line_reference_is_current():
         f"    {REGENERATE}"
 
 
+def test_the_reference_says_nothing_of_the_machine_it_was_made_on():
+    """Generated anywhere, the page is the same: no interpreter, checkout or home path in a
+    default (ab's --python-a once showed the generating virtualenv's python)."""
+    import os
+    import sys
+
+    from param_compute.cli.reference import render
+
+    text = render()
+    for local in (sys.executable, sys.prefix, str(REPO), os.path.expanduser("~")):
+        assert local not in text, local
+
+
 def test_the_reference_covers_every_command_and_flag():
     from param_compute.cli.main import COMMANDS
     from param_compute.cli.reference import all_parsers, render

@@ -121,9 +121,9 @@ def build_parser(prog: str = "python -m param_compute.ab") -> argparse.ArgumentP
                    help="rounds, each one process per side, A first in odd rounds and B first "
                         "in even ones (default 4: A B B A A B B A); a change is significant "
                         "only between the sides' processes too, so fewer than 4 never is")
-    p.add_argument("--python-a", default=sys.executable, metavar="PY",
+    p.add_argument("--python-a", metavar="PY",
                    help="interpreter of side A (default this one)")
-    p.add_argument("--python-b", default=sys.executable, metavar="PY",
+    p.add_argument("--python-b", metavar="PY",
                    help="interpreter of side B (default this one)")
     p.add_argument("--seed", type=int, default=0, help="data seed of both sides (default 0)")
     p.add_argument("--only", action="append", default=[], metavar="GLOB",
@@ -146,6 +146,9 @@ def _check(args: argparse.Namespace) -> Dict[str, List[str]]:
                                                 else "no such file"))
     for side in ("a", "b"):
         python = getattr(args, f"python_{side}")
+        if python is None:  # this interpreter (not the parser's default: the help is shared)
+            python = sys.executable
+            setattr(args, f"python_{side}", python)
         if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise AbError(f"--python-{side} {python}: not an executable file")
     return {side: side_args(getattr(args, side), side) for side in ("a", "b")}
