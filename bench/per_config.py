@@ -18,11 +18,16 @@ Peaks are ``ru_maxrss`` of exactly that child (``wait4``). Every run waits for a
 other load first; the child's CPU time (user + sys) is shown beside its wall time, since on a
 shared machine wall time also counts waiting for a core.
 
+(d) 200 tiny configs with no protocol flag (the default, ``auto``: by time and noise) must
+    average at most 60 ms of wall time a config (the run's own cost beyond one config's), and
+    every config at least 5 values.
+
     python bench/per_config.py
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +40,8 @@ REPEATS = 3
 TINY_WALL_S, TINY_COUNT = 3.0, 1000
 GROWTH_MB, GROWTH_COUNT = 50.0, 20000
 BIG_COUNT, BIG_ELEMENTS = 20, 64 * 1024 * 1024  # 256 MB of float32
+#: The default protocol's budget: at most this much wall time per tiny config, on average.
+AUTO_COUNT, AUTO_MS = 200, 60.0
 
 
 def _ranged_int(count: int) -> Dict[str, Any]:
@@ -99,6 +106,23 @@ def main() -> int:
                      f"{row:.0f} MB (one config alone: {alone:.0f} MB; "
                      f"{row - alone:+.0f} MB)", f"< {2 * alone:.0f} MB (2 × alone)", "",
                      verdict(passed)])
+
+        # (d) the default protocol (no -w/-i): by time and noise, at what cost per config.
+        auto_runs = [cli(tmp, "auto", tiny_spec(AUTO_COUNT)) for _ in range(REPEATS)]
+        auto_one = [cli(tmp, "auto1", tiny_spec(1)) for _ in range(REPEATS)]
+        per_config = (median(r["wall_s"] for r in auto_runs)
+                      - median(r["wall_s"] for r in auto_one)) / (AUTO_COUNT - 1) * 1e3
+        records = [json.loads(line) for line in (tmp / "auto.jsonl").read_text().splitlines()]
+        stats = [r["stats"]["forward"] for r in records if r.get("kind") == "run"]
+        fewest = min(s["n"] for s in stats)
+        reasons = {reason: sum(1 for s in stats if s.get("stop_reason") == reason)
+                   for reason in ("noise", "max_time", "max_iteration")}
+        passed = per_config <= AUTO_MS and fewest >= 5
+        ok &= passed
+        rows.append([f"(d) {AUTO_COUNT} tiny configs, the default protocol: per config",
+                     f"{per_config:.1f} ms wall a config; n >= {fewest}; stopped by noise "
+                     f"{reasons['noise']}, by the cap {reasons['max_time']}",
+                     f"≤ {AUTO_MS:.0f} ms, n ≥ 5", "", verdict(passed)])
 
     print_table("Per-config cost, command line in a child process",
                 ["check", "measured", "target", "PARAM", "result"], rows)

@@ -50,6 +50,9 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _processes import pinned_cpu, quietest_cpu  # noqa: E402
 
 from param_compute.capture.live.timing import time_ops_in_place, time_step  # noqa: E402
 from param_compute.cli.capture import capture_run  # noqa: E402
@@ -437,6 +440,11 @@ def main() -> int:
                         help="the replayed step's largest distance from its median over the "
                              "repetitions (each a fresh process replaying the same capture)")
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="leave every process to the scheduler; by default all of them (real "
+                             "steps and replays) run on the one CPU that was quietest at the "
+                             "start: this VM's two vCPUs differ by up to 20%% for minutes "
+                             "(_processes.pinned_cpu), which would read as a replay's spread")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child timing one real step
     parser.add_argument("--rep", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
@@ -449,7 +457,8 @@ def main() -> int:
         options.into.write_text(json.dumps(result))
         return 0
     verdicts = []
-    with tempfile.TemporaryDirectory() as tmp:
+    cpu = None if options.no_pin else quietest_cpu()
+    with tempfile.TemporaryDirectory() as tmp, pinned_cpu(cpu):
         workdir = options.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for name in options.models.split(","):
@@ -458,7 +467,8 @@ def main() -> int:
     print_tables(verdicts, options)
     missed = [v["name"] for v in verdicts
               if not v["step_ok"] or not v["spread_ok"] or v["misses"]]
-    print(f"\n{torch.__version__}, device {options.device}, 1 thread, allocator "
+    print(f"\n{torch.__version__}, device {options.device}, 1 thread, "
+          f"{'every process on CPU ' + str(cpu) if cpu is not None else 'unpinned'}, allocator "
           f"{'glibc defaults' if options.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}; "
           + (f"MISSED: {', '.join(missed)}" if missed else "all targets met"))
     return 1 if missed else 0
