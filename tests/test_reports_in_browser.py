@@ -1,6 +1,6 @@
 """Each HTML report opened in a real browser (headless Chromium, when installed): the run report,
-a captured workload's report and the compare page load with no error, every image decodes, no
-page is wider than the window, and a screenshot of each is taken (into ``$PARAM_COMPUTE_SCREENS``
+a captured workload's report, a step replay's timeline and the compare page load with no error,
+every image decodes, no page is wider than the window, and a screenshot of each is taken (into ``$PARAM_COMPUTE_SCREENS``
 when set, to look at; else a temporary folder)."""
 
 from __future__ import annotations
@@ -44,9 +44,21 @@ window.addEventListener("load", function () {
   });
   var out = document.createElement("pre");
   out.id = "probe";
+  var timeline = document.querySelector("svg.step-timeline");
+  var box = timeline && timeline.getBoundingClientRect();
+  var calls = document.querySelectorAll("svg.step-timeline rect.call");
+  var outside = Array.prototype.filter.call(calls, function (rect) {
+    var r = rect.getBoundingClientRect();
+    return r.width <= 0 || r.height <= 0 || r.left < box.left - 0.5 || r.right > box.right + 0.5
+      || r.top < box.top || r.bottom > box.bottom;
+  }).length;
   out.textContent = JSON.stringify({problems: window.__problems,
     width: document.documentElement.scrollWidth, images: document.images.length,
-    svgs: document.querySelectorAll("svg").length});
+    svgs: document.querySelectorAll("svg").length,
+    lanes: document.querySelectorAll("svg.step-timeline g.lane").length,
+    calls: calls.length, outside: outside,
+    legend: document.querySelectorAll("svg.step-timeline g.legend g.entry").length,
+    titled: document.querySelectorAll("svg.step-timeline rect.call > title").length});
   document.body.appendChild(out);
 });
 </script>"""
@@ -126,6 +138,38 @@ def test_compare_report_in_a_browser(tmp_path):
     probe = _open(html, tmp_path, "compare_report")
     _clean(probe, "compare report")
     assert probe["svgs"] == 4  # a speedup bar per compared pass
+
+
+def test_step_timeline_in_a_browser(tmp_path):
+    """The step replay's timeline: two lanes of rectangles inside the picture, each with its
+    hover title, a legend; 3,000 calls a lane drawn as at most two rectangles a pixel."""
+    from test_step_trace import _results
+
+    results = _results(tmp_path, 3000)
+    html = tmp_path / "timeline.html"
+    report = run_cli(results, "-o", html, module="param_compute.report")
+    assert report.returncode == 0 and report.stderr == "", report.stderr
+    probe = _open(html, tmp_path, "step_timeline")
+    _clean(probe, "step timeline")
+    assert probe["svgs"] == 1 and probe["lanes"] == 2 and probe["legend"] == 5
+    assert 100 < probe["calls"] <= 4000 and probe["titled"] == probe["calls"]
+    assert probe["outside"] == 0
+
+
+def test_a_garbled_step_timeline_still_renders_in_a_browser(tmp_path):
+    from test_step_trace import _results
+
+    results = _results(tmp_path, 40, timeline={"version": 1, "layout": "measured",
+                                               "runs": ["<b>x|0|0|0"], "run": [0],
+                                               "start_us": ["soon"], "dur_us": [1]})
+    html = tmp_path / "garbled.html"
+    report = run_cli(results, "-o", html, module="param_compute.report")
+    assert report.returncode == 0
+    assert f"warning: {results}:2: step record's step.timeline.start_us[0] is not a number" \
+           in report.stderr
+    probe = _open(html, tmp_path, "garbled_timeline")
+    _clean(probe, "garbled step timeline")
+    assert probe["lanes"] == 0 and probe["svgs"] == 0
 
 
 def test_the_probe_sees_what_a_broken_page_does(tmp_path, monkeypatch):

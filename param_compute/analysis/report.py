@@ -3,10 +3,11 @@
 The report leads with what matters. Its header says what the run was and the protocol it
 actually used (time-based warm-up and measurement where the run asked for them, the counts of
 measured calls seen). For a captured workload (records with a ``count``) the step totals and
-where the time goes come next (:mod:`param_compute.analysis.report_workload`), then the table of
-configs. Other results get a plot per sweep (see :mod:`param_compute.analysis.sweeps`; drawn by
-:mod:`param_compute.analysis.plots`): only dimensions the spec ranged, categories as grouped
-bars. A roofline and the table of every run, each with its config label, follow. The HTML file
+where the time goes come next (:mod:`param_compute.analysis.report_workload`), then, for a step
+replay, the step call by call beside its original (:mod:`param_compute.analysis.step_timeline`),
+then the table of configs. Other results get a plot per sweep (see
+:mod:`param_compute.analysis.sweeps`; drawn by :mod:`param_compute.analysis.plots`): only
+dimensions the spec ranged, categories as grouped bars. A roofline and the table of every run, each with its config label, follow. The HTML file
 is self-contained (:mod:`param_compute.analysis.html_page`). The results file is streamed once
 and what is kept is bounded: the table keeps ``TABLE_ROWS`` runs, the sweeps ``SWEEP_RUNS`` per
 operator, the roofline ``ROOF_POINTS``; a captured workload keeps a few numbers per run for its
@@ -21,7 +22,7 @@ import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from param_compute.errors import OptionsError
 from param_compute.formatting import format_ms
@@ -35,6 +36,8 @@ from param_compute.files import check_outputs, write_new
 from param_compute.analysis.plots import plot_sweep
 from param_compute.analysis.report_workload import workload_html
 from param_compute.analysis.roofline import roofline_section
+from param_compute.analysis.step_timeline import timeline_section
+from param_compute.analysis.step_tracks import StepTracksError, read_tracks
 from param_compute.analysis.sweeps import Sweep, find_sweeps
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.totals import WorkloadTotals
@@ -247,10 +250,27 @@ def _weight(record: Dict[str, Any]) -> float:
     return float(median) * count if ok else 0.0
 
 
+def _step_section(results: Union[ResultsFile, ResultsStream], step_file: Optional[Path],
+                  warn: Callable[[str], None]) -> str:
+    """The step replay's timeline beside its original (``analysis.step_timeline``), or why
+    there is none; each thing left out is also passed to ``warn``."""
+    try:
+        tracks = read_tracks(Path(results.path), results.steps, step_file)
+    except StepTracksError as exc:
+        warn(f"{exc}: the step's timeline is left out of the report")
+        return timeline_section(None, str(exc))
+    for note in tracks.notes:
+        warn(note)
+    return timeline_section(tracks)
+
+
 def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
-                 png_dir: Optional[Path] = None) -> Tuple[str, List[Sweep]]:
+                 png_dir: Optional[Path] = None, step_file: Optional[Path] = None,
+                 warn: Optional[Callable[[str], None]] = None) -> Tuple[str, List[Sweep]]:
     """(the HTML text, the sweeps plotted). A stream is read once and what is kept is bounded
-    (module docstring); a captured workload's totals keep a few numbers per run."""
+    (module docstring); a captured workload's totals keep a few numbers per run. A step
+    replay's timeline takes its original from ``step_file``, else the step file its record
+    names; ``warn`` is given each thing the timeline leaves out (default: dropped)."""
     # the run records (a stream keeps its step record as it passes them: ``results.step``)
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
     table, roof = _Kept(TABLE_ROWS), _Kept(ROOF_POINTS)
@@ -292,6 +312,8 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
             (_uncaptured(kept) for kept in captured.values()), results.step,
             results.run_options)))
         del captured
+    if results.steps:
+        parts.append(_step_section(results, step_file, warn or (lambda text: None)))
     sweeps: List[Sweep] = []
     sweep_parts: List[str] = []
     for op, mine in by_op.items():
@@ -327,6 +349,9 @@ def build_parser(prog: str = "python -m param_compute.report") -> argparse.Argum
                         help="the HTML file (default: RESULTS with .html)")
     parser.add_argument("--title", help="the report's title")
     parser.add_argument("--png-dir", type=Path, help="also save each plot as a PNG file here")
+    parser.add_argument("--step", type=Path, metavar="FILE",
+                        help="the step file the step replay's timeline lays the original out "
+                             "from (default: the one the step record names)")
     return parser
 
 
@@ -344,13 +369,14 @@ def main(argv: Optional[List[str]] = None,
               file=sys.stderr)
         return 2
     try:  # before anything is read: never a link, a directory, a FIFO or the input
-        check_outputs({"-o/--output": output}, {"results": args.results})
+        check_outputs({"-o/--output": output}, {"results": args.results, "step": args.step})
     except OptionsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # one pass; unusable lines warned (file:line) as they are met and left out
         results = stream_results(args.results)
-        text, sweeps = build_report(results, args.title, args.png_dir)
+        text, sweeps = build_report(results, args.title, args.png_dir, args.step,
+                                    lambda note: print(f"warning: {note}", file=sys.stderr))
     except ResultsFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,12 +10,16 @@ config's ``original_us`` (mean CPU and device time per call in the captured run)
 time of each op (x count) is summed beside the replayed one, so that where a replay differs from
 production shows at a glance (``comparison_rows``; ``python -m param_compute.workload_totals
 RESULTS.json`` prints the table).
+
+``--trace OUT.json`` also writes the step replay beside its original as a Chrome trace, from
+the step record's timeline and the step file it names (``analysis.step_trace``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from param_compute import terminal
@@ -80,8 +84,42 @@ def build_parser(prog: str = "python -m param_compute.workload_totals"
     parser.add_argument("results", help="a run_benchmark results file")
     parser.add_argument("--json", action="store_true",
                         help="print the fidelity ledger as one JSON object (analysis.ledger)")
+    parser.add_argument("--trace", type=Path, metavar="OUT.json",
+                        help="also write the step replay beside its original as a Chrome "
+                             "trace (opens in Perfetto): one track each, a complete event "
+                             "per call, named by its op")
+    parser.add_argument("--step", type=Path, metavar="FILE",
+                        help="with --trace: the step file to lay the original out from "
+                             "(default: the one the step record names)")
     add_quiet(parser)
     return parser
+
+
+def write_trace(results, path: Path, step_file: Optional[Path]) -> int:
+    """``--trace``: the results' last step record (and its step file) as a Chrome trace at
+    ``path``; what is left out warned. Exit status: 0 written, 2 no replay track to draw or
+    the file cannot be written."""
+    from param_compute.analysis.step_trace import trace_text
+    from param_compute.analysis.step_tracks import StepTracksError, read_tracks
+    from param_compute.files import write_new
+    from param_compute.formatting import printable
+
+    try:
+        tracks = read_tracks(Path(results.path), results.steps, step_file)
+    except StepTracksError as exc:
+        print(f"error: {exc}: no trace written", file=sys.stderr)
+        return 2
+    for note in tracks.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    try:
+        write_new(path, trace_text(tracks))
+    except OSError as exc:
+        print(f"error: cannot write {printable(path)}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    said = ", ".join(f"{len(track.calls)} calls on the {track.name}'s track"
+                     for track in tracks.tracks())
+    print(f"trace: {printable(path)} ({said})", file=sys.stderr)
+    return 0
 
 
 def main(argv: Optional[List[str]] = None,
@@ -91,7 +129,20 @@ def main(argv: Optional[List[str]] = None,
     unreadable file; lines of wrong types are warned (file, line, field) and left out."""
     from param_compute.results.file import RUN, ResultsFileError, stream_results
 
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.step is not None and args.trace is None:
+        parser.error("--step goes with --trace (the step file the trace's original comes from)")
+    if args.trace is not None:  # before anything is read: never a link, a FIFO or the input
+        from param_compute.errors import OptionsError
+        from param_compute.files import check_outputs
+
+        try:
+            check_outputs({"--trace": args.trace}, {"results": Path(args.results),
+                                                    "step": args.step})
+        except OptionsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_fields
 
     totals = WorkloadTotals()
@@ -111,13 +162,14 @@ def main(argv: Optional[List[str]] = None,
               "above)", file=sys.stderr)
     ledger = build_ledger(kept.values(), results.step, results.run_options)
     del kept
+    traced = 0 if args.trace is None else write_trace(results, args.trace, args.step)
     if args.json:
         import json
 
         print(json.dumps(ledger, indent=1))
-        return 0
+        return traced
     if args.quiet:
-        return 0
+        return traced
     width = terminal.width()
     print("\n".join(fit_lines([
         f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
@@ -136,6 +188,6 @@ def main(argv: Optional[List[str]] = None,
     if ledger["ops"] and (ledger["in_step_ms"] is not None or ledger["original_ms"]):
         print()
         print(format_ledger(ledger, width))
-    return 0
+    return traced
 
 

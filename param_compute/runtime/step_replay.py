@@ -275,10 +275,12 @@ class StepReplay:
         return materialize(spec, self.options.device)
 
     def run_step(self, times: Optional[List[Any]] = None, stamped: bool = False,
-                 counter: Any = time.perf_counter_ns, scheduled: bool = False) -> None:
+                 counter: Any = time.perf_counter_ns, scheduled: bool = False,
+                 starts: Optional[Any] = None) -> None:
         """One step. ``times``: per call (by index), what ``counter`` (the host clock's ns)
         advanced by around the call, or with ``stamped`` the device clock's stamps around it,
         a launch cover first where the clock has one (``run_step_timed`` reads them);
+        ``starts``: with ``times`` and not ``stamped``, per call the counter when it began;
         ``scheduled``: wait the fitted host gaps (``fit_host_gaps``)."""
         values = self.values
         clock = self.clock.stamp if stamped else counter
@@ -310,6 +312,8 @@ class StepReplay:
                 start = clock()
                 result = func(*args, **kwargs)
                 times[index] = clock() - start
+                if starts is not None:
+                    starts[index] = start
             if outs:
                 several = isinstance(result, tuple)
                 for k, j, slot in outs:
@@ -351,23 +355,44 @@ class StepReplay:
             self._plan = plan
         return self._plan
 
-    def run_step_timed(self, times: List[Any]) -> None:
+    def run_step_timed(self, times: List[Any], starts: Optional[Any] = None) -> None:
         """One step with each call timed into ``times`` (ns by call index): the host clock
         around the call on CPU; on a device, its clock's stamps around it (events), after a
         spin kernel that keeps a GPU the replay's host left idle busy while the call is
-        launched: the pair times the call's kernels, as the original's in-place timer does."""
-        if getattr(self.clock, "name", "") == "host":
-            self.run_step(times)
+        launched: the pair times the call's kernels, as the original's in-place timer does.
+
+        ``starts`` (by call index, ns; a failed call's left as it was): where each call began
+        in the step, from the first replayed call's start. On the host as measured, so the
+        replay's own time between calls shows; on a device the calls' times laid end to end
+        (the launch cover between two calls' stamps is no part of the step)."""
+        host = getattr(self.clock, "name", "") == "host"
+        if host:
+            self.run_step(times, starts=starts)
+        else:
+            if hasattr(self.clock, "reserve"):
+                self.clock.reserve(2 * len(self.calls))
+            self.clock.synchronize()
+            self.run_step(times, stamped=True)
+            self.clock.synchronize()
+            for index, call in enumerate(self.calls):
+                if call.failed is None:
+                    begin, end = times[index]
+                    times[index] = self.clock.elapsed_ms(begin, end) * 1e6
+        if starts is None:
             return
-        if hasattr(self.clock, "reserve"):
-            self.clock.reserve(2 * len(self.calls))
-        self.clock.synchronize()
-        self.run_step(times, stamped=True)
-        self.clock.synchronize()
+        first: Optional[int] = None
+        packed = 0
         for index, call in enumerate(self.calls):
-            if call.failed is None:
-                begin, end = times[index]
-                times[index] = self.clock.elapsed_ms(begin, end) * 1e6
+            if call.failed is not None:
+                continue
+            if not host:
+                starts[index] = int(packed)
+                packed += times[index]
+            elif first is None:
+                first = starts[index]
+                starts[index] = 0
+            else:
+                starts[index] -= first
 
     def count_faults(self, passes: int = 3) -> List[Optional[float]]:
         """Per call (by index), the median over ``passes`` untimed steps of the minor page

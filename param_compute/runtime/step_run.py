@@ -16,11 +16,14 @@ per call; in discrete mode each timed step is preceded, untimed, by a step with 
 every call (the ``prepare`` of the measurement), so the two kinds alternate and drift affects
 both alike; in continuous mode those call-timed steps follow the timed ones. On the host a few
 untimed steps then count each call's minor page faults. Each config's in-step time is the
-median over the call-timed steps of its mean time per call.
+median over the call-timed steps of its mean time per call; one call-timed step, the one whose
+sum is nearest the median's, is kept call by call as the record's ``timeline``
+(``step_timeline``), which the tools draw beside the original.
 """
 
 from __future__ import annotations
 
+import array
 import collections
 import logging
 from pathlib import Path
@@ -31,6 +34,7 @@ from param_compute.measure.protocol import Protocol
 from param_compute.measure.timing import ExecMode
 from param_compute.plan.runplan import PlannedRun, plan_runs
 from param_compute.results.stats import median
+from param_compute.runtime.step_timeline import MEASURED, PACKED, build_timeline
 from param_compute.spec.step_file import StepFileError, read_step_file, step_path
 
 log = logging.getLogger("param_compute")
@@ -117,11 +121,13 @@ def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
         if replay.scheduled:
             _say_long_waits(replay.gap_fit, protocol)
     passes: collections.deque = collections.deque(maxlen=MAX_CALL_PASSES)
+    count = len(replay.calls)
 
     def call_timed() -> None:  # untimed by the step's clock: a clock around every call
-        times = [0] * len(replay.calls)
-        replay.run_step_timed(times)
-        passes.append(times)
+        times = [0] * count
+        starts = array.array("q", bytes(8 * count))  # where each call began (the timeline)
+        replay.run_step_timed(times, starts)
+        passes.append((times, starts))
 
     discrete = protocol.exec_mode is ExecMode.DISCRETE
     result = measurer.measure(replay.step_callable(), call_timed if discrete else None,
@@ -133,7 +139,12 @@ def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
         for _ in range(max(MIN_CALL_PASSES, min(measured, MAX_CALL_PASSES))):
             call_timed()
         kept = list(passes)
-    return result, details(replay, kept, protocol)
+    out = details(replay, [times for times, _ in kept], protocol)
+    out["timeline"] = build_timeline(
+        [call.run_key for call in replay.calls], [call.failed is not None for call in
+                                                  replay.calls], kept,
+        MEASURED if getattr(replay.clock, "name", "") == "host" else PACKED)
+    return result, out
 
 
 def host_step_us(replay, device) -> float:
