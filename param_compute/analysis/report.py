@@ -342,8 +342,9 @@ def build_parser(prog: str = "python -m param_compute.report") -> argparse.Argum
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Write a self-contained HTML report of a results file: for a captured "
-                    "workload the step totals and where the time goes first; plots of each "
-                    "sweep, a roofline, and a table of every run with its config.")
+                    "workload the step totals and where the time goes first, for a step "
+                    "replay the step call by call beside its original; plots of each sweep, a "
+                    "roofline, and a table of every run with its config.")
     parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
     parser.add_argument("-o", "--output", type=Path,
                         help="the HTML file (default: RESULTS with .html)")
