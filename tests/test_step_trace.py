@@ -139,13 +139,19 @@ def _check_trace(trace: Dict[str, Any], calls: int, pids=(1, 2)) -> Dict[Any, Li
 
 
 # -- the timeline the step record keeps ------------------------------------------------------------
-def test_replay_step_keeps_its_representative_call_timed_step_call_by_call(tmp_path):
+def _replayed_mlp(tmp_path: Path, iterations: int) -> Path:
+    """A small MLP captured live and its step replayed: the results file."""
     x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
     _capture(lambda: _mlp(x, w1, w2), tmp_path / "mlp.json")
     out = tmp_path / "res.json"
-    result = run_cli("-c", tmp_path / "mlp.json", "--replay-step", "-w", "1", "-i", "5",
-                     "--output", out)
+    result = run_cli("-c", tmp_path / "mlp.json", "--replay-step", "-w", "1", "-i",
+                     str(iterations), "--output", out)
     assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_replay_step_keeps_its_representative_call_timed_step_call_by_call(tmp_path):
+    out = _replayed_mlp(tmp_path, 5)
     [step] = [json.loads(line) for line in out.read_text().splitlines()
               if json.loads(line).get("kind") == "step"]
     details, timeline = step["step"], step["step"]["timeline"]
@@ -228,11 +234,7 @@ def test_the_timeline_is_bounded_for_long_steps():
 # -- the Chrome / Perfetto trace --------------------------------------------------------------------
 def test_trace_of_a_replayed_step_loads_back_with_both_tracks(tmp_path):
     """End to end: capture, replay the step, give the step file original times, export."""
-    x, w1, w2 = torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3)
-    _capture(lambda: _mlp(x, w1, w2), tmp_path / "mlp.json")
-    out = tmp_path / "res.json"
-    assert run_cli("-c", tmp_path / "mlp.json", "--replay-step", "-w", "1", "-i", "3",
-                   "--output", out).returncode == 0
+    out = _replayed_mlp(tmp_path, 3)
     step_file = tmp_path / "mlp.step.json"
     data = json.loads(step_file.read_text())
     for i, call in enumerate(data["calls"]):
