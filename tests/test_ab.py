@@ -183,7 +183,7 @@ def test_an_interrupted_side_stops_ab_and_keeps_what_was_measured(tmp_path):
                    "--rounds", "2", module=AB)
     assert done.returncode == 130
     assert done.stderr.splitlines()[-2:] == [
-        "side B (round 1) was interrupted (exit 130)",
+        "side B's round 1 was interrupted (exit 130)",
         f"interrupted: the rounds measured so far are in {out / 'rounds'} (not joined, not "
         "compared)"]
     assert [p.name for p in (out / "rounds").iterdir()] == ["a1.json"]
@@ -204,5 +204,5 @@ def test_a_side_that_ends_without_results_is_exit_1_naming_it(tmp_path):
         done = run_cli("-c", spec, "--a", "-i 2", "--python-b", script, "-o", out, "--rounds",
                        "1", module=AB)
         assert done.returncode == 1
-        assert done.stderr.splitlines()[-1] == f"error: side B (round 1) {words}"
+        assert done.stderr.splitlines()[-1] == f"error: side B's round 1 {words}"
         assert read_results(out / "rounds" / "a1.json").records  # what A measured stays

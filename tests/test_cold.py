@@ -77,11 +77,14 @@ def test_cold_cache_binds_fresh_copies_until_the_cache_is_exceeded():
 def test_flush_writes_a_buffer_twice_the_cache():
     cold = ColdCache("flush", "cpu")
     assert cold.flush.nbytes == 2 * cold.cache == cold.flush_bytes()
+    assert cold.flush.buffer is None  # made once the memory guard has counted it
+    cold.forward(len, 64, lambda: len)
     before = int(cold.flush.buffer[0])
     cold.flush()
     assert int(cold.flush.buffer[-1]) == before + 1
     assert ColdCache("rotate", "cpu").flush is None
     small = CacheFlush(10)
+    small.allocate()
     assert small.buffer.numel() == 2
 
 

@@ -56,7 +56,6 @@ ALLOWED: Dict[Tuple[str, str], str] = {
     ("runtime/memory_guard.py", "open"): "reads /proc/meminfo and /proc/self/status: kernel "
                                          "files of no size, read line by line",
     ("runtime/sysinfo.py", "open"): "reads a prefix of a /sys file (its size is a page)",
-    ("measure/cold.py", "open"): "reads a prefix of a /sys cache-size file (its size is a page)",
     ("measure/host_memory.py", "open"): "reads /proc/self/statm and status and writes "
                                         "clear_refs: kernel files of no size",
     ("measure/peaks.py", "open"): "reads /proc/cpuinfo line by line for the CPU's name",

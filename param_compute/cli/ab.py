@@ -11,18 +11,26 @@ alike; ``compare`` judges a change between the sides' processes as well as their
 (``analysis.rounds``) into ``DIR/a.json`` and ``DIR/b.json``, ordinary results files; the compare
 table (``analysis.compare``, B against A, settings allowed to differ) is printed.
 
-Exit status: 0 both sides measured; 1 a side's process failed or some run failed; 2 bad
-arguments (an unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec,
-an output that is a link or the spec); 130 interrupted (ab, or a side's process, by SIGINT or
-SIGTERM: the round files already written stay in ``DIR/rounds``).
+Each side's process is the leader of a process group ab owns (``process.group``): a Ctrl-C,
+SIGTERM or SIGHUP sent to ab is passed on to the running side, which writes its finish line
+(``GRACE_S`` seconds at most, then its group is killed), and nothing a side started outlives
+ab. ``--timeout S`` stops a side that runs longer than S seconds the same way (SIGTERM).
+
+Exit status: 0 both sides measured; 1 a side's process failed (a signal killed it: named, its
+round kept as far as it got), ran past ``--timeout``, or some run failed; 2 bad arguments (an
+unknown flag in ARGS, a flag that ab sets itself, a missing interpreter or spec, an output that
+is a link or the spec, ``--alpha`` outside (0, 1) as ``compare`` refuses it); 128 + N
+interrupted by signal N (130 where a side's process was interrupted by someone else): the round
+files already written stay in ``DIR/rounds``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
-import subprocess
+import signal
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -31,6 +39,8 @@ import param_compute
 from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED, OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.files import check_outputs
+from param_compute.formatting import printable
+from param_compute.process.group import signal_name
 from param_compute import terminal
 from param_compute.terminal import add_quiet
 
@@ -62,6 +72,16 @@ RESERVED = {
 
 #: The exit statuses of a run_benchmark stopped by SIGINT or SIGTERM.
 INTERRUPTED = (130, 143)
+#: Seconds a side's process has to write its finish line once stopped, before it is killed.
+GRACE_S = 10.0
+
+
+class Stopped(Exception):
+    """ab itself was stopped by a signal while a side ran (passed on to the side)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class AbError(ValueError):
@@ -132,7 +152,11 @@ def build_parser(prog: str = "python -m param_compute.ab") -> argparse.ArgumentP
                    help="run filter of both sides (repeatable)")
     p.add_argument("--input-id", action="append", default=[], dest="input_ids", metavar="ID",
                    help="run filter of both sides (repeatable)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level, between 0 and 1 (default 0.05)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="the most one side's process may run; past it the side is stopped "
+                        "(SIGTERM, then SIGKILL) and ab ends, exit 1 (default: no limit)")
     p.add_argument("--max-rows", type=int, default=60, help="compare table rows (60)")
     add_quiet(p)
     return p
@@ -141,6 +165,10 @@ def build_parser(prog: str = "python -m param_compute.ab") -> argparse.ArgumentP
 def _check(args: argparse.Namespace) -> Dict[str, List[str]]:
     if args.rounds < 1:
         raise AbError(f"--rounds must be >= 1, got {args.rounds}")
+    if not 0 < args.alpha < 1:  # compare's rule (NaN fails it too)
+        raise AbError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise AbError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
     if not args.config.is_file():
         raise AbError(f"-c {args.config}: " + ("not a regular file" if args.config.exists()
                                                 else "no such file"))
@@ -172,14 +200,21 @@ def _common(args: argparse.Namespace) -> List[str]:
     return out
 
 
-def _run_side(python: str, spec: Path, args: Sequence[str], out: Path) -> subprocess.CompletedProcess:
+def _run_side(python: str, spec: Path, args: Sequence[str], out: Path,
+              timeout: Optional[float] = None):
+    """One side's process, the leader of a process group of its own (``process.group``): its
+    outcome, and the last of its standard error."""
+    from param_compute.process.group import Tail, run_grouped
+
     env = dict(os.environ)
     root = str(Path(param_compute.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     command = [python, "-m", "param_compute.run_benchmark", "-c", str(spec), *args,
                "--output", str(out)]
-    return subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+    stderr = Tail()
+    outcome = run_grouped(command, env=env, stdout=Tail(1024), stderr=stderr,
+                          timeout_s=timeout, grace_s=GRACE_S)
+    return outcome, stderr.text()
 
 
 def _outputs(args: argparse.Namespace) -> Dict[str, Path]:
@@ -212,21 +247,31 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
         out.unlink(missing_ok=True)
         if not args.quiet:
             print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
-        done = _run_side(getattr(args, f"python_{side}"), args.config,
-                         [*sides[side], *_common(args)], out)
-        if done.returncode in INTERRUPTED:  # a side stopped by SIGINT/SIGTERM: so is ab
-            print(f"side {side.upper()} (round {number}) was interrupted (exit "
-                  f"{done.returncode})", file=sys.stderr)
+        outcome, stderr = _run_side(getattr(args, f"python_{side}"), args.config,
+                                    [*sides[side], *_common(args)], out, args.timeout)
+        which = f"side {side.upper()}'s round {number}"
+        code = outcome.returncode
+        if outcome.signum is not None:  # ab was stopped: so was the side
+            raise Stopped(outcome.signum)
+        if outcome.timed_out:
+            raise SideFailed(f"{which} ran past --timeout {args.timeout:g} s: stopped; "
+                             f"the rounds measured so far are in {rounds_dir} (not joined, "
+                             "not compared)")
+        if code in INTERRUPTED or -code in (signal.SIGINT, signal.SIGTERM):
+            # a side stopped by SIGINT/SIGTERM (not through ab): so is ab
+            print(f"{which} was interrupted (" + (f"exit {code}" if code > 0 else
+                                                  f"killed by {signal_name(-code)}") + ")",
+                  file=sys.stderr)
             raise KeyboardInterrupt
-        if done.returncode == EXIT_INVALID or not out.is_file():
-            tail = " / ".join((done.stderr or "").strip().splitlines()[-5:]) or "no output"
-            failed = AbError if done.returncode == EXIT_INVALID else SideFailed
-            raise failed(f"side {side.upper()} (round {number}) exited {done.returncode} "
-                         f"without results: {tail}")
-        if done.returncode != EXIT_OK:
+        tail = " / ".join(printable(line, 300) for line in stderr.strip().splitlines()[-5:])
+        how = (f"was killed by {signal_name(-code)}" if code < 0 else f"exited {code}")
+        if code == EXIT_INVALID or not out.is_file():
+            failed = AbError if code == EXIT_INVALID else SideFailed
+            raise failed(f"{which} {how} without results: {tail or 'no output'}")
+        if code != EXIT_OK:
             status = EXIT_RUN_FAILED
-            print(f"side {side.upper()} (round {number}) exited {done.returncode}: some runs "
-                  "failed", file=sys.stderr)
+            print(f"{which} {how}: " + ("its results are kept as far as they go" if code < 0
+                                        else "some runs failed"), file=sys.stderr)
         paths[side].append(out)
     return paths, status
 
@@ -287,10 +332,13 @@ def main(argv: Optional[List[str]] = None,
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    except KeyboardInterrupt:
-        print(f"interrupted: the rounds measured so far are in {args.output_dir / 'rounds'} "
+    except (KeyboardInterrupt, Stopped) as stop:
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        said = f"interrupted by {signal_name(signum)}" if isinstance(stop, Stopped) else \
+            "interrupted"
+        print(f"{said}: the rounds measured so far are in {args.output_dir / 'rounds'} "
               "(not joined, not compared)", file=sys.stderr)
-        return 130
+        return 128 + signum
 
 
 if __name__ == "__main__":

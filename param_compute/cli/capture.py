@@ -4,18 +4,27 @@
         [--trace-step N|all] [--kineto kineto.json] [--allow-namespace fbgemm] [--target-device cpu]
     python -m param_compute.capture --run mymodule:train_step -o spec.json [--warmup 1] [--steps 1]
 
-``--run`` imports MODULE (as ``python -m`` would: the current directory is on the path), calls
-FUNCTION with no arguments ``--warmup`` times uncaptured (lazy initialization, first-step
-allocation of gradients), times it unprofiled (the real step) and op by op in place (the
-originals, ``capture.live.timing``), then calls it ``--steps`` times under the capture. Build the model at import
-time (or cache it) so that only the step is captured.
+``--run`` imports MODULE (a module name, as ``python -m`` would: the current directory is on
+the path; or a ``.py`` file, its folder then on the path), calls FUNCTION with no arguments
+``--warmup`` times uncaptured (lazy initialization, first-step allocation of gradients), times
+it unprofiled (the real step) and op by op in place (the originals, ``capture.live.timing``),
+then calls it ``--steps`` times under the capture. Build the model at import time (or cache it)
+so that only the step is captured.
+
+The user's code runs in a process of its own, the leader of a process group the command owns
+(``process.group``): Ctrl-C, SIGTERM or SIGHUP ends the whole group, whatever the step forked
+(one line, ``interrupted by SIGINT``, exit 128 + the signal), and whatever the step leaves
+running after the capture is ended too. The step's ``sys.exit``, a ``KeyboardInterrupt`` it
+raises, an import that fails, a step that ends or crashes its process: one line each, exit 1
+(2 where ``--run`` names no module or function), nothing written; ``-v`` adds the traceback.
 
 Writes the spec, validated the way ``run_benchmark`` validates it, ``NAME.step.json`` (the
 step's calls in order with their dataflow, for ``run_benchmark --replay-step``) and
 ``NAME.capture.json`` beside it (what was captured, every call not captured with its kind and reason, the steps, how
 layouts were obtained, configs with no kernel on ``--target-device``, original times joined
 from ``--kineto``). The summary says it in one short line per group; ``-v`` logs every call not
-captured. Exit status: 0 written, 2 bad arguments or input.
+captured. Exit status: 0 written, 1 the step failed, 2 bad arguments or input,
+128 + N stopped by signal N.
 
 A trace is data: reading one runs nothing it names (only allow-listed pure tensor ops, on meta
 tensors, to recover layouts: ``capture.meta_ops``), is bounded (``--max-trace-bytes``, regular
@@ -28,13 +37,15 @@ and renamed into place.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from param_compute.capture.live.step_code import StepFailed, load_function  # noqa: F401
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
+from param_compute.formatting import printable
 
 SHOWN_SKIPS = 10
 
@@ -82,7 +93,10 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
                    help="--from-et, --kineto: the most JSON text (after decompression) one trace "
                         "file may hold, e.g. 4GiB (default 2GiB); reading stops at the cap")
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="log every call not captured, with its reason")
+                   help="log every call not captured, with its reason (--run: and the "
+                        "traceback of a step or import that failed)")
+    # --run: the process running the user's code, started by the command (process.group)
+    p.add_argument("--group-leader-of", type=int, metavar="PID", help=argparse.SUPPRESS)
     return p
 
 
@@ -113,30 +127,17 @@ def _load_namespaces(namespaces: List[str]) -> None:
         load_namespace(namespace)
 
 
-def load_function(target: str) -> Callable[[], object]:
-    """``module:function`` (or ``module:object.method``) -> the callable."""
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"--run {target!r}: write MODULE:FUNCTION")
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    value = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    if not callable(value):
-        raise ValueError(f"--run {target!r}: {attribute} is not callable")
-    return value
-
-
 def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                 skip_views: bool = False, source: str = "live capture",
                 allow_namespaces: Sequence[str] = (), repeats: int = 3):
     """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
     (``capture.live.timing``), then capture ``steps`` steps with those times as originals."""
     from param_compute.capture.live.dispatch import capture_ops
+    from param_compute.capture.live.step_code import this_process_only
     from param_compute.capture.live.timing import host_gaps, time_ops_in_place, time_step
     from param_compute.results.stats import median
 
+    function = this_process_only(function)  # a forked copy that returns from it ends there
     for _ in range(warmup):
         function()
     host: list = []
@@ -182,6 +183,8 @@ def main(argv: Optional[List[str]] = None,
               "--from-et",
               file=sys.stderr)
         return EXIT_INVALID
+    if args.run is not None and args.group_leader_of is None:
+        return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
     logger = logging.getLogger("param_compute.capture")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -189,31 +192,116 @@ def main(argv: Optional[List[str]] = None,
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
     try:
+        if args.group_leader_of is not None:
+            return _lead(args)
         return _main(args)
-    except StepRaised as exc:
+    except StepFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_RUN_FAILED
+        return exc.status
     finally:
         logger.removeHandler(handler)
 
 
-class StepRaised(Exception):
-    """``--run``: the user's step raised (in the warm-up, the timing passes or the capture)."""
+#: What the process running the user's code reports to the command (``process.group``'s
+#: report pipe): it began writing the outputs; it got to its end (whatever its status).
+WRITING, DONE = b"writing\n", b"done\n"
+
+
+def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
+    """``--run``: this command again, as the leader of a process group this process owns
+    (``process.group``), which runs the user's code; what happened to it, in one line where
+    it could not say so itself."""
+    import param_compute
+    from param_compute.process.group import STOP_SIGNALS, run_grouped, signal_name
+
+    try:
+        check_capture_outputs(args)  # before a process starts, as the leader checks them
+    except OptionsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    env = dict(os.environ)
+    root = str(Path(param_compute.__file__).resolve().parents[1])  # this param_compute
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "param_compute.capture", *argv,
+               "--group-leader-of", str(os.getpid())]
+    outcome = run_grouped(command, env=env, report=True)
+    shown = printable(args.run, 300)
+    unwritten = "some outputs may be written" if WRITING in outcome.report else "nothing written"
+    status = outcome.returncode
+    if outcome.signum is not None or (status < 0 and -status in STOP_SIGNALS):
+        signum = outcome.signum if outcome.signum is not None else -status
+        print(f"interrupted by {signal_name(signum)}: the step's processes were ended; "
+              f"{unwritten}", file=sys.stderr)
+        return 128 + signum
+    if DONE not in outcome.report:
+        how = (f"was killed by {signal_name(-status)}" if status < 0 else
+               f"ended with exit status {status} (os._exit?)")
+        print(f"error: --run {shown}: the process running the step {how} before the capture "
+              f"finished; {unwritten}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    if outcome.leftovers:
+        print(f"warning: --run {shown}: the step left {outcome.leftovers} process"
+              f"{'es' if outcome.leftovers != 1 else ''} running: ended", file=sys.stderr)
+    return status if status >= 0 else EXIT_RUN_FAILED
+
+
+def _lead(args: argparse.Namespace) -> int:
+    """The leader of the command's process group (``--run``): the capture, then its report
+    to the command; threads the step left running are not waited for."""
+    from param_compute.capture.live.step_code import stray_threads, thread_names
+    from param_compute.process.group import lead_group, report_pipe
+
+    lead_group(args.group_leader_of)
+    report = report_pipe()
+    status = EXIT_RUN_FAILED
+    try:
+        status = _main(args, report)
+    except StepFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        status = exc.status
+    finally:
+        _tell(report, DONE)
+    left = stray_threads()
+    if left:
+        print(f"warning: --run {printable(args.run, 300)}: the step left {len(left)} thread"
+              f"{'s' if len(left) != 1 else ''} running ({thread_names(left)}): not waited "
+              "for", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)  # the interpreter would wait for them at exit, for ever
+    return status
+
+
+def _tell(report: Optional[int], what: bytes) -> None:
+    if report is not None:
+        try:
+            os.write(report, what)
+        except OSError:
+            pass
 
 
 def _live_workload(args: argparse.Namespace):
-    """``--run``: the step timed and captured (``capture_run``); ``StepRaised`` where the
-    user's step raised, its traceback logged at debug level (``-v``)."""
+    """``--run``: the step imported, timed and captured (``capture_run``); ``StepFailed``
+    where that failed (its traceback logged at debug level, ``-v``). The streams and working
+    directory the step changed are put back (``step_code.Restored``)."""
+    from param_compute.capture.live.step_code import Restored, failure
+
     _load_namespaces(args.allow_namespace)
-    function = load_function(args.run)
+    restored = Restored()
     try:
-        return capture_run(function, args.warmup, args.steps, args.skip_views,
-                           source=f"--run {args.run}", allow_namespaces=args.allow_namespace)
-    except Exception as exc:
-        logging.getLogger("param_compute.capture").debug("--run %s", args.run, exc_info=True)
-        first = (str(exc).splitlines() or [""])[0][:500]
-        raise StepRaised(f"--run {args.run}: the step raised {type(exc).__name__}: {first} "
-                         "(-v: the traceback); nothing written") from None
+        function = load_function(args.run)
+        try:
+            return capture_run(function, args.warmup, args.steps, args.skip_views,
+                               source=f"--run {args.run}",
+                               allow_namespaces=args.allow_namespace)
+        except BaseException as exc:  # sys.exit, KeyboardInterrupt: the step's own
+            raise failure(printable(args.run, 300), "the step", exc) from None
+    finally:
+        restored.restore()
+        restored.close()
 
 
 def check_capture_outputs(args: argparse.Namespace) -> None:
@@ -228,7 +316,7 @@ def check_capture_outputs(args: argparse.Namespace) -> None:
                   {"--from-et trace": args.from_et, "--kineto trace": args.kineto})
 
 
-def _main(args: argparse.Namespace) -> int:
+def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
     target = args.target_device or _default_device()
     try:
         check_capture_outputs(args)
@@ -258,8 +346,9 @@ def _main(args: argparse.Namespace) -> int:
             toolchain.validate(spec, str(args.output))
         except SpecError as exc:  # a capture bug: say so, but keep what was captured
             print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
+    _tell(report, WRITING)
     try:
-        spec_path, report = workload.write_spec(args.output, spec, notes)
+        spec_path, report_file = workload.write_spec(args.output, spec, notes)
     except OSError as exc:
         print(f"error: cannot write {args.output} or its report: {exc.strerror or exc}",
               file=sys.stderr)
@@ -274,11 +363,11 @@ def _main(args: argparse.Namespace) -> int:
             effect = "fails" if note.fails else "differs"
             print(f"    {effect}: {note.op} input {note.input_index}: {note.reason}")
         if len(notes) > SHOWN_SKIPS:
-            print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report}")
+            print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report_file}")
     if workload.skipped:
-        print(f"  every call not captured, with its reason: {report}"
+        print(f"  every call not captured, with its reason: {report_file}"
               + ("" if args.verbose else " (or -v)"))
-    print(f"spec: {spec_path}\nreport: {report}")
+    print(f"spec: {spec_path}\nreport: {report_file}")
     return 0
 
 

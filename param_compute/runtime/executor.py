@@ -23,8 +23,8 @@ from param_compute.measure.device_samples import watch_clocks
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import format_key
 from param_compute.runtime.memory_guard import (MemoryLimitExceeded, build_weight_bytes,
-                                                config_bytes, default_limit, format_size,
-                                                output_bytes)
+                                                cold_bytes, config_bytes, default_limit,
+                                                format_size, output_bytes)
 from param_compute.runtime.options import RunOptions
 from param_compute.results.records import STATUS_ERROR, STATUS_OK, PassResult, RunError, RunRecord
 from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor_bytes
@@ -270,7 +270,9 @@ class Executor:
         if self.memory_limit is None:
             return
         inputs = self._generator(op_spec.input_data_generator)
-        needed = (config_bytes(inputs, run.input)
+        input_bytes = config_bytes(inputs, run.input)
+        cold, cold_words = cold_bytes(self.cold, input_bytes)  # every copy --cold will make
+        needed = (input_bytes + cold
                   + config_bytes(self._generator(op_spec.build_data_generator), run.build))
         if needed <= self.memory_limit and run.build_key != self.weights[0]:
             op = self.built.factories(run.op_name)()
@@ -283,7 +285,8 @@ class Executor:
                 needed += output_bytes(self.weights[2], inputs, run.input)
         if needed > self.memory_limit:
             raise MemoryLimitExceeded(
-                f"the config's tensors need an estimated {format_size(needed)}, over the "
+                f"the config's tensors need an estimated {format_size(needed)}"
+                f"{f' {cold_words}' if cold_words else ''}, over the "
                 f"{format_size(self.memory_limit)} limit (--max-memory); nothing was allocated")
 
     @staticmethod

@@ -12,7 +12,9 @@ module on the meta device and count its parameters and buffers), and
 (a call without tensor inputs, such as ``torch.ones``, allocates its whole output from a few
 integers: torch functions and aten ops are called on meta arguments). The outputs of calls with
 tensor inputs are not estimated (a meta call costs more than the engine spends per config): the
-address-space cap is their backstop. The default limit is half of the
+address-space cap is their backstop. ``--cold`` adds what it makes
+(``cold_bytes``): every rotation copy of a config's inputs, and the flush buffer, which lives
+as long as the run. The default limit is half of the
 memory available when the run starts (host memory for CPU, free plus cached device memory for
 CUDA), leaving room for the outputs and workspace the estimate does not see. An estimate can
 still be wrong (a plugin allocating on its own): ``address_space_cap`` gives the isolated
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from param_compute.plan.tensor_bytes import storage_elements, tensor_spec_bytes  # noqa: F401
 from param_compute.errors import OptionsError
@@ -93,6 +95,24 @@ def available_bytes(device: str) -> Optional[int]:
 def default_limit(device: str) -> Optional[int]:
     available = available_bytes(device)
     return int(available * DEFAULT_FRACTION) if available else None
+
+
+def cold_bytes(cold: Any, input_bytes: int) -> Tuple[int, str]:
+    """(bytes, words) ``--cold`` adds to a config whose inputs take ``input_bytes``: the
+    copies of the inputs it rotates over beyond the config's own (``measure.cold.ColdCache``)
+    and its flush buffer on the CPU; (0, "") without ``--cold``."""
+    if cold is None:
+        return 0, ""
+    copies = cold.copies(input_bytes)
+    flush = cold.flush.nbytes if cold.flush is not None else 0
+    said = []
+    if copies > 1:
+        said.append(f"{copies} copies of its {format_size(input_bytes)} inputs "
+                    f"({format_size(copies * input_bytes)})")
+    if flush:
+        said.append(f"a {format_size(flush)} flush buffer")
+    words = f"with --cold {cold.method}'s " + " and ".join(said) if said else ""
+    return (copies - 1) * input_bytes + flush, words
 
 
 class MemoryLimitExceeded(Exception):
