@@ -43,7 +43,6 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from param_compute.capture.live.step_code import StepFailed, load_function  # noqa: F401
 from param_compute.errors import EXIT_INVALID, EXIT_RUN_FAILED, OptionsError, SpecError
 from param_compute.formatting import printable
 
@@ -192,12 +191,7 @@ def main(argv: Optional[List[str]] = None,
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
     try:
-        if args.group_leader_of is not None:
-            return _lead(args)
-        return _main(args)
-    except StepFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.status
+        return _lead(args) if args.group_leader_of is not None else _main(args)
     finally:
         logger.removeHandler(handler)
 
@@ -222,7 +216,7 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
     env = dict(os.environ)
     root = str(Path(param_compute.__file__).resolve().parents[1])  # this param_compute
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "param_compute.capture", *argv,
+    command = [sys.executable, "-m", "param_compute", "capture", *argv,
                "--group-leader-of", str(os.getpid())]
     outcome = run_grouped(command, env=env, report=True)
     shown = printable(args.run, 300)
@@ -248,7 +242,7 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
 def _lead(args: argparse.Namespace) -> int:
     """The leader of the command's process group (``--run``): the capture, then its report
     to the command; threads the step left running are not waited for."""
-    from param_compute.capture.live.step_code import stray_threads, thread_names
+    from param_compute.capture.live.step_code import StepFailed, stray_threads, thread_names
     from param_compute.process.group import lead_group, report_pipe
 
     lead_group(args.group_leader_of)
@@ -287,7 +281,7 @@ def _live_workload(args: argparse.Namespace):
     """``--run``: the step imported, timed and captured (``capture_run``); ``StepFailed``
     where that failed (its traceback logged at debug level, ``-v``). The streams and working
     directory the step changed are put back (``step_code.Restored``)."""
-    from param_compute.capture.live.step_code import Restored, failure
+    from param_compute.capture.live.step_code import Restored, failure, load_function
 
     _load_namespaces(args.allow_namespace)
     restored = Restored()
@@ -317,19 +311,19 @@ def check_capture_outputs(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
-    target = args.target_device or _default_device()
     try:
         check_capture_outputs(args)
         if args.from_et is not None:
             from param_compute.capture.trace.execution_trace import capture_execution_trace
 
+            target = args.target_device or _default_device()
             workload = capture_execution_trace(
                 args.from_et, skip_views=args.skip_views, step=args.step,
                 allow_namespaces=args.allow_namespace, kineto=args.kineto,
                 target_device=target, max_trace_bytes=args.max_trace_bytes)
         else:
-            workload = _live_workload(args)
-            workload.target_device = target
+            workload = _live_workload(args)  # torch imported by the step or the capture
+            workload.target_device = args.target_device or _default_device()
     except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
