@@ -164,3 +164,134 @@ def test_cold_flush_with_a_warm_l2_and_rotation_with_graphs_are_refused():
     with pytest.raises(OptionsError, match="--cold must be rotate, flush or both"):
         RunOptions(cold="lukewarm").check()
     assert RunOptions.from_json(RunOptions(cold="both").to_json()).cold == "both"
+
+
+# --- issue 31: the cache size believed only within bounds, every copy counted by the guard ---
+
+def _one_cache(root, size, kind="Unified", level="3"):
+    index = root / "index0"
+    index.mkdir(parents=True)
+    (index / "level").write_text(f"{level}\n")
+    (index / "type").write_text(f"{kind}\n")
+    if isinstance(size, bytes):
+        (index / "size").write_bytes(size)
+    elif size is not None:
+        (index / "size").write_text(size)
+    return root
+
+
+@pytest.mark.parametrize("size, why", [
+    ("1073741824K\n", "a cache of 1073741824K is not believed (0 < size <= 1024 MiB)"),
+    ("2G\n", "a cache of 2G is not believed (0 < size <= 1024 MiB)"),
+    ("0K\n", "a cache of 0K is not believed (0 < size <= 1024 MiB)"),
+    ("", "malformed cache size ''"),  # a zero-byte file
+    ("12X\n", "malformed cache size '12X'"),
+    ("99999999999999999999K\n", "malformed cache size '99999999999999999999K'"),
+    (b"\xff\xfe32M", "not ASCII text"),
+    ("32M" + " " * 5000, "over the 4096-byte limit"),
+    (None, "missing"),
+])
+def test_an_absurd_or_malformed_cache_size_falls_back_naming_the_file(tmp_path, caplog, size,
+                                                                      why):
+    """A forged 1 TiB cache made 256 copies (2.2 GB) under --cold rotate and a 2 TiB flush
+    buffer ("internal error") under --cold flush; a malformed size was skipped silently."""
+    root = _one_cache(tmp_path / "cache", size)
+    with caplog.at_level("WARNING", logger="param_compute"):
+        found, source = cpu_cache_bytes(root)
+    assert found == FALLBACK_CACHE_BYTES
+    assert source.startswith(f"fallback ({root / 'index0' / 'size'}") and why in source
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the CPU cache size can't be read ({source[len('fallback ('):-1]}): --cold assumes "
+        "32 MiB"]
+
+
+def test_a_fifo_or_a_malformed_level_is_never_waited_on_nor_believed(tmp_path, caplog):
+    import os
+
+    root = _one_cache(tmp_path / "fifo", None)
+    os.mkfifo(root / "index0" / "size")  # an open() of it would wait for a writer for ever
+    size, source = cpu_cache_bytes(root)
+    assert size == FALLBACK_CACHE_BYTES and "is a FIFO, not a regular file" in source
+    level = _one_cache(tmp_path / "level", "32M\n", level="three")
+    size, source = cpu_cache_bytes(level)
+    assert size == FALLBACK_CACHE_BYTES and "malformed cache level 'three'" in source
+    instruction = _one_cache(tmp_path / "instr", "lots", kind="Instruction")
+    assert cpu_cache_bytes(instruction)[1].startswith("fallback (the machine's cache sizes")
+
+
+def test_the_default_root_is_read_when_called(tmp_path, monkeypatch):
+    import param_compute.measure.cold as cold
+
+    monkeypatch.setattr(cold, "CPU_CACHE_DIR", _one_cache(tmp_path / "cache", "8M\n"))
+    assert cold.cpu_cache_bytes() == (8 << 20, f"L3 ({tmp_path / 'cache'})")
+
+
+def test_cold_bytes_counts_every_copy_and_the_flush_buffer(tmp_path, monkeypatch):
+    import param_compute.measure.cold as cold
+    from param_compute.runtime.memory_guard import cold_bytes
+
+    monkeypatch.setattr(cold, "CPU_CACHE_DIR", _one_cache(tmp_path / "cache", "32M\n"))
+    assert cold_bytes(None, 4 << 20) == (0, "")
+    rotate = ColdCache("rotate", "cpu")
+    assert cold_bytes(rotate, 4 << 20) == (
+        15 * (4 << 20), "with --cold rotate's 16 copies of its 4 MiB inputs (64 MiB)")
+    assert cold_bytes(rotate, 100 << 20) == (0, "")  # one copy: nothing more made
+    both = ColdCache("both", "cpu")
+    assert cold_bytes(both, 4 << 20) == (
+        15 * (4 << 20) + (64 << 20),
+        "with --cold both's 16 copies of its 4 MiB inputs (64 MiB) and its 64 MiB flush "
+        "buffer")
+    assert both.flush.buffer is None  # counted, not yet made
+
+
+def _neg_4mib(tmp_path):
+    return write_spec(tmp_path, simple_op("torch.neg", tensor(1024, 1024)))
+
+
+@pytest.mark.parametrize("method, words", [
+    ("rotate", "with --cold rotate's 16 copies of its 4 MiB inputs (64 MiB)"),
+    ("flush", "with --cold flush's 64 MiB flush buffer"),
+])
+def test_the_memory_guard_counts_every_copy_before_allocating(tmp_path, monkeypatch, method,
+                                                              words):
+    """Under a 20 MB guard --cold rotate made 9 copies (the guard counted one)."""
+    import param_compute.measure.cold as cold
+
+    monkeypatch.setattr(cold, "CPU_CACHE_DIR", _one_cache(tmp_path / "cache", "32M\n"))
+    out = tmp_path / "r.json"
+    done = run_cli("-c", _neg_4mib(tmp_path), "--output", out, "--cold", method, "-i", "2",
+                   "--max-memory", "20MB")
+    assert done.returncode == 1
+    _, [run], finish = read_results(out)
+    assert run["status"] == "error" and run["error"]["phase"] == "memory"
+    needed = "64 MiB" if method == "rotate" else "68 MiB"
+    assert run["error"]["message"] == (
+        f"the config's tensors need an estimated {needed} {words}, over the 19.1 MiB limit "
+        "(--max-memory); nothing was allocated")
+    assert finish["runs_failed"] == 1
+    roomy = run_cli("-c", _neg_4mib(tmp_path), "--output", tmp_path / "ok.json", "--cold",
+                    method, "-i", "2", "--max-memory", "200MB")
+    assert roomy.returncode == 0, roomy.stderr
+    _, [run], _ = read_results(tmp_path / "ok.json")
+    metric = run["metric"]["forward"]
+    assert metric["cold.copies"] == [16 if method == "rotate" else 1]
+    assert metric["cold.flush_bytes"] == [0 if method == "rotate" else 64 << 20]
+
+
+@pytest.mark.parametrize("method", ["rotate", "flush"])
+def test_a_forged_huge_cache_runs_on_the_fallback_with_a_warning(tmp_path, monkeypatch, method):
+    """A forged 1 TiB cache: 256 copies (2.2 GB) for rotate, "internal error" for flush."""
+    import param_compute.measure.cold as cold
+
+    monkeypatch.setattr(cold, "CPU_CACHE_DIR", _one_cache(tmp_path / "cache", "1073741824K\n"))
+    out = tmp_path / "r.json"
+    done = run_cli("-c", _neg_4mib(tmp_path), "--output", out, "--cold", method, "-i", "2")
+    assert done.returncode == 0, done.stderr
+    assert (f"WARNING: the CPU cache size can't be read ({tmp_path / 'cache' / 'index0'}"
+            f"/size: a cache of 1073741824K is not believed (0 < size <= 1024 MiB)): --cold "
+            "assumes 32 MiB") in done.stderr
+    assert "internal error" not in done.stderr
+    _, [run], _ = read_results(out)
+    metric = run["metric"]["forward"]
+    assert metric["cold.cache_bytes"] == [32 << 20]
+    assert metric["cold.copies"] == [16 if method == "rotate" else 1]

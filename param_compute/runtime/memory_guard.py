@@ -110,8 +110,8 @@ def cold_bytes(cold: Any, input_bytes: int) -> Tuple[int, str]:
         said.append(f"{copies} copies of its {format_size(input_bytes)} inputs "
                     f"({format_size(copies * input_bytes)})")
     if flush:
-        said.append(f"a {format_size(flush)} flush buffer")
-    words = f"with --cold {cold.method}'s " + " and ".join(said) if said else ""
+        said.append(f"{format_size(flush)} flush buffer")
+    words = f"with --cold {cold.method}'s " + " and its ".join(said) if said else ""
     return (copies - 1) * input_bytes + flush, words
 
 
