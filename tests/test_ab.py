@@ -3,11 +3,12 @@ results files, compared with significance; bad side ARGS refused before anything
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
 
-from conftest import run_cli, write_spec
+from conftest import run_cli, start_cli, write_spec
 from param_compute.cli.ab import round_plan
 from param_compute.analysis.comparison import compare_files
 from param_compute.results.file import read_results, write_results
@@ -67,6 +68,14 @@ def test_ab_writes_both_sides_and_prints_the_compare_table(tmp_path, monkeypatch
     (["--python-a", "/no/such/python"], "--python-a /no/such/python: not an executable file"),
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
     (["-c", "."], "-c .: not a regular file"),
+    # issue 31: --alpha 2 was taken (an A/A then called different), --alpha nan ran every
+    # round and then printed a traceback; compare refuses both
+    (["--alpha", "2"], "--alpha must be between 0 and 1, got 2.0"),
+    (["--alpha", "nan"], "--alpha must be between 0 and 1, got nan"),
+    (["--alpha", "0"], "--alpha must be between 0 and 1, got 0.0"),
+    (["--alpha", "inf"], "--alpha must be between 0 and 1, got inf"),
+    (["--timeout", "0"], "--timeout must be a number of seconds > 0, got 0.0"),
+    (["--timeout", "nan"], "--timeout must be a number of seconds > 0, got nan"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message):
     spec = write_spec(tmp_path, TINY)
@@ -74,6 +83,18 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, message)
     assert result.returncode == 2
     assert message in result.stderr
     assert not (tmp_path / "ab").exists()
+
+
+def test_alpha_is_refused_with_compare_s_rule():
+    from param_compute.analysis.compare import main as compare
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = compare(["a.json", "b.json", "--alpha", "2"])
+    assert status == 2 and err.getvalue() == "error: --alpha must be between 0 and 1, got 2.0\n"
 
 
 def test_round_plan_alternates_abba():
@@ -206,3 +227,94 @@ def test_a_side_that_ends_without_results_is_exit_1_naming_it(tmp_path):
         assert done.returncode == 1
         assert done.stderr.splitlines()[-1] == f"error: side B's round 1 {words}"
         assert read_results(out / "rounds" / "a1.json").records  # what A measured stays
+
+
+def _script(path, body: str):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_side_killed_by_a_signal_is_named_and_its_results_kept(tmp_path):
+    """A side killed by SIGABRT read "exited -6: some runs failed"."""
+    spec = write_spec(tmp_path, TINY)
+    aborting = _script(tmp_path / "aborting.sh", f'"{sys.executable}" "$@"\nkill -ABRT $$\n')
+    out = tmp_path / "ab"
+    done = run_cli("-c", spec, "--a", "-i 2", "--b", "-i 2", "--python-b", aborting, "-o", out,
+                   "--rounds", "1", module=AB)
+    assert done.returncode == 1, done.stderr
+    assert "side B's round 1 was killed by SIGABRT: its results are kept as far as they go" \
+        in done.stderr.splitlines()
+    assert "-6" not in done.stderr
+    assert read_results(out / "b.json").records  # joined and compared, as measured
+    assert "B vs A:" in done.stdout
+
+
+def test_a_side_killed_without_results_names_the_signal(tmp_path):
+    spec = write_spec(tmp_path, TINY)
+    crashing = _script(tmp_path / "crashing.sh", "echo 'about to crash' >&2\nkill -SEGV $$\n")
+    done = run_cli("-c", spec, "--python-a", crashing, "-o", tmp_path / "ab", "--rounds", "1",
+                   module=AB)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "error: side A's round 1 was killed by SIGSEGV without results: about to crash")
+
+
+def _hanging(tmp_path):
+    """A side that never ends, its child's pid in ``sleeper.pid``."""
+    return _script(tmp_path / "hanging.sh",
+                   f"sleep 3600 &\necho $! > {tmp_path / 'sleeper.pid'}\nwait\n")
+
+
+def _gone(pid: int, seconds: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except FileNotFoundError:
+            return True
+        if stat[stat.rfind(b")") + 2:].startswith(b"Z"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_side_that_hangs_is_stopped_past_the_timeout(tmp_path):
+    """A side that hangs held ab for ever: there was no timeout."""
+    import time
+
+    spec = write_spec(tmp_path, TINY)
+    started = time.monotonic()
+    done = run_cli("-c", spec, "--python-a", _hanging(tmp_path), "-o", tmp_path / "ab",
+                   "--rounds", "1", "--timeout", "1", module=AB)
+    assert done.returncode == 1
+    assert time.monotonic() - started < 30
+    assert done.stderr.splitlines()[-1] == (
+        f"error: side A's round 1 ran past --timeout 1 s: stopped; the rounds measured so far "
+        f"are in {tmp_path / 'ab' / 'rounds'} (not joined, not compared)")
+    assert _gone(int((tmp_path / "sleeper.pid").read_text()))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_ab_stops_the_side_s_whole_group(tmp_path, signum):
+    """SIGTERM killed ab at once (exit -15, not a word) and left the side running."""
+    import time
+
+    spec = write_spec(tmp_path, TINY)
+    process = start_cli("-c", spec, "--python-a", _hanging(tmp_path), "-o", tmp_path / "ab",
+                        "--rounds", "1", module=AB)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "sleeper.pid").exists() and time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr_text()
+        time.sleep(0.05)
+    time.sleep(0.1)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum
+    assert stderr.splitlines()[-1] == (
+        f"interrupted by {signal.Signals(signum).name}: the rounds measured so far are in "
+        f"{tmp_path / 'ab' / 'rounds'} (not joined, not compared)")
+    assert _gone(int((tmp_path / "sleeper.pid").read_text()))

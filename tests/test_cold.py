@@ -295,3 +295,20 @@ def test_a_forged_huge_cache_runs_on_the_fallback_with_a_warning(tmp_path, monke
     metric = run["metric"]["forward"]
     assert metric["cold.cache_bytes"] == [32 << 20]
     assert metric["cold.copies"] == [16 if method == "rotate" else 1]
+
+
+def test_a_flush_buffer_that_cannot_be_allocated_is_a_memory_error_saying_so(monkeypatch):
+    import torch
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+                           "allocate memory\nmore")
+
+    flush = CacheFlush(64 << 20)
+    monkeypatch.setattr(torch, "zeros", refuse)
+    with pytest.raises(MemoryError) as raised:
+        flush.allocate()
+    assert str(raised.value) == (
+        "--cold: the 64 MiB flush buffer can't be allocated: [enforce fail at alloc_cpu.cpp:127]"
+        " DefaultCPUAllocator: can't allocate memory")
+    assert flush.buffer is None
