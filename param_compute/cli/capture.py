@@ -94,8 +94,6 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
     p.add_argument("-v", "--verbose", action="store_true",
                    help="log every call not captured, with its reason (--run: and the "
                         "traceback of a step or import that failed)")
-    # --run: the process running the user's code, started by the command (process.group)
-    p.add_argument("--group-leader-of", type=int, metavar="PID", help=argparse.SUPPRESS)
     return p
 
 
@@ -182,8 +180,13 @@ def main(argv: Optional[List[str]] = None,
               "--from-et",
               file=sys.stderr)
         return EXIT_INVALID
-    if args.run is not None and args.group_leader_of is None:
-        return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
+    report = None
+    if args.run is not None:
+        from param_compute.process.group import report_pipe
+
+        report = report_pipe()  # given by the command that started this process to lead
+        if report is None:
+            return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
     logger = logging.getLogger("param_compute.capture")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -191,7 +194,7 @@ def main(argv: Optional[List[str]] = None,
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
     try:
-        return _lead(args) if args.group_leader_of is not None else _main(args)
+        return _main(args) if report is None else _lead(args, report)
     finally:
         logger.removeHandler(handler)
 
@@ -216,8 +219,7 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
     env = dict(os.environ)
     root = str(Path(param_compute.__file__).resolve().parents[1])  # this param_compute
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "param_compute", "capture", *argv,
-               "--group-leader-of", str(os.getpid())]
+    command = [sys.executable, "-m", "param_compute", "capture", *argv]
     outcome = run_grouped(command, env=env, report=True)
     shown = printable(args.run, 300)
     unwritten = "some outputs may be written" if WRITING in outcome.report else "nothing written"
@@ -239,14 +241,14 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
     return status if status >= 0 else EXIT_RUN_FAILED
 
 
-def _lead(args: argparse.Namespace) -> int:
+def _lead(args: argparse.Namespace, report: int) -> int:
     """The leader of the command's process group (``--run``): the capture, then its report
-    to the command; threads the step left running are not waited for."""
+    to the command (through ``report``, the pipe it gave); threads the step left running are
+    not waited for."""
     from param_compute.capture.live.step_code import StepFailed, stray_threads, thread_names
-    from param_compute.process.group import lead_group, report_pipe
+    from param_compute.process.group import lead_group
 
-    lead_group(args.group_leader_of)
-    report = report_pipe()
+    lead_group()  # the command's death is a SIGTERM to this process already (process.group)
     status = EXIT_RUN_FAILED
     try:
         status = _main(args, report)
@@ -270,6 +272,7 @@ def _lead(args: argparse.Namespace) -> int:
 
 
 def _tell(report: Optional[int], what: bytes) -> None:
+    """Say ``what`` to the command through its report pipe (``_lead``), if there is one."""
     if report is not None:
         try:
             os.write(report, what)

@@ -29,6 +29,7 @@ import ctypes
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -205,10 +206,10 @@ def running_in_group(pgid: int, besides: int) -> int:
         if not entry.isdigit() or int(entry) == besides:
             continue
         try:
-            stat = bytes(read_bounded(f"/proc/{entry}/stat", 4096))
+            line = bytes(read_bounded(f"/proc/{entry}/stat", 4096))
         except (FileRefused, OSError):
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # state, ppid, pgrp, ...
+        fields = line[line.rfind(b")") + 2:].split()  # state, ppid, pgrp, ...
         if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
             count += 1
     return count
@@ -325,17 +326,19 @@ def report_pipe() -> Optional[int]:
     if not text.isdigit():
         return None
     try:
+        if not stat.S_ISFIFO(os.fstat(int(text)).st_mode):  # a stray variable: not ours
+            return None
         os.set_inheritable(int(text), False)
     except OSError:
         return None
     return int(text)
 
 
-def lead_group(supervisor: Optional[int] = None) -> None:
+def lead_group() -> None:
     """In the leader: SIGINT, SIGTERM or SIGHUP ends the whole group with that signal (the
-    leader last), and so does the death of ``supervisor`` (SIGTERM). A process the leader forks
-    keeps the usual meaning of those signals (KeyboardInterrupt for SIGINT, else the
-    default)."""
+    leader last); so does the death of the process that started it (``run_grouped`` asked the
+    kernel for a SIGTERM then). A process the leader forks keeps the usual meaning of those
+    signals (KeyboardInterrupt for SIGINT, else the default)."""
     leader = os.getpid()
 
     def end_group(signum: int, frame) -> None:
@@ -353,8 +356,6 @@ def lead_group(supervisor: Optional[int] = None) -> None:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, end_group)
-    if supervisor is not None:
-        die_with_parent(signal.SIGTERM, supervisor)
 
 
 def signal_name(signum: int) -> str:
