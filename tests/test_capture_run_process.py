@@ -312,3 +312,32 @@ def test_the_process_group_module_kills_what_a_leader_leaves_and_reaps_it(tmp_pa
     flood.write(b"x" * 100)
     flood.write(b"0123456789")
     assert flood.text() == "0123456789" and len(flood.data) <= 20
+
+
+def test_a_step_file_that_is_a_fifo_or_a_hostile_name_is_refused_in_one_line(tmp_path):
+    os.mkfifo(tmp_path / "waiting.py")  # an import would wait for a writer for ever
+    done = _capture(tmp_path, "./waiting.py:step")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --run ./waiting.py:step: waiting.py: is a FIFO, not a regular file"]
+    hostile = _capture(tmp_path, "evil\x1b[31m\n:step")
+    assert hostile.returncode == 2
+    assert hostile.stderr.splitlines() == [
+        "error: --run evil\\x1b[31m\\n:step: evil\\x1b[31m\\n is no MODULE: write a module name "
+        "(steps.train, from the current directory) or a .py file (steps/train.py)"]
+
+
+def test_ctrl_c_during_a_trace_capture_is_one_line(tmp_path, monkeypatch):
+    """Ctrl-C during --from-et printed a KeyboardInterrupt traceback."""
+    import param_compute.capture.trace.execution_trace as execution_trace
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    trace = tmp_path / "trace.json"
+    trace.write_text("{}")
+    monkeypatch.setattr(execution_trace, "capture_execution_trace", interrupted)
+    done = run_cli("--from-et", trace, "-o", tmp_path / "out.json", module=CAPTURE)
+    assert done.returncode == 130
+    assert done.stderr == "interrupted\n"
+    assert _nothing_written(tmp_path)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -186,7 +187,11 @@ def main(argv: Optional[List[str]] = None,
 
         report = report_pipe()  # given by the command that started this process to lead
         if report is None:
-            return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
+            try:
+                return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
+            except KeyboardInterrupt:  # before the group started: nothing to end
+                print("interrupted: nothing written", file=sys.stderr)
+                return 128 + signal.SIGINT
     logger = logging.getLogger("param_compute.capture")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -195,6 +200,9 @@ def main(argv: Optional[List[str]] = None,
         logger.setLevel(logging.DEBUG)
     try:
         return _main(args) if report is None else _lead(args, report)
+    except KeyboardInterrupt:  # --from-et stopped by Ctrl-C: one line, no traceback
+        print("interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     finally:
         logger.removeHandler(handler)
 
