@@ -248,7 +248,7 @@ def test_an_unruly_step_from_a_py_file_is_captured_and_its_leftovers_named(tmp_p
            "for" in lines
     assert f"warning: --run {target}: the step left 1 process running: ended" in lines
     assert "Traceback" not in done.stderr
-    assert f"spec: out.json" in done.stdout  # written where asked, said where it was started
+    assert "spec: out.json" in done.stdout  # written where asked, said where it was started
     spec = json.loads((tmp_path / "out.json").read_text())
     assert spec.pop("__capture__")["source"] == f"--run {target}"
     relu = spec["aten::relu"]["config"][0]["input"][0]["count"]

@@ -35,7 +35,6 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import param_compute
 from param_compute.errors import EXIT_INVALID, EXIT_OK, EXIT_RUN_FAILED, OptionsError
 from param_compute.results.file import ResultsFileError
 from param_compute.files import check_outputs
@@ -204,15 +203,12 @@ def _run_side(python: str, spec: Path, args: Sequence[str], out: Path,
               timeout: Optional[float] = None):
     """One side's process, the leader of a process group of its own (``process.group``): its
     outcome, and the last of its standard error."""
-    from param_compute.process.group import Tail, run_grouped
+    from param_compute.process.group import Tail, package_env, run_grouped
 
-    env = dict(os.environ)
-    root = str(Path(param_compute.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     command = [python, "-m", "param_compute.run_benchmark", "-c", str(spec), *args,
                "--output", str(out)]
     stderr = Tail()
-    outcome = run_grouped(command, env=env, stdout=Tail(1024), stderr=stderr,
+    outcome = run_grouped(command, env=package_env(), stdout=Tail(1024), stderr=stderr,
                           timeout_s=timeout, grace_s=GRACE_S)
     return outcome, stderr.text()
 

@@ -216,19 +216,15 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
     """``--run``: this command again, as the leader of a process group this process owns
     (``process.group``), which runs the user's code; what happened to it, in one line where
     it could not say so itself."""
-    import param_compute
-    from param_compute.process.group import STOP_SIGNALS, run_grouped, signal_name
+    from param_compute.process.group import STOP_SIGNALS, package_env, run_grouped, signal_name
 
     try:
         check_capture_outputs(args)  # before a process starts, as the leader checks them
     except OptionsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    env = dict(os.environ)
-    root = str(Path(param_compute.__file__).resolve().parents[1])  # this param_compute
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     command = [sys.executable, "-m", "param_compute", "capture", *argv]
-    outcome = run_grouped(command, env=env, report=True)
+    outcome = run_grouped(command, env=package_env(), report=True)
     shown = printable(args.run, 300)
     unwritten = "some outputs may be written" if WRITING in outcome.report else "nothing written"
     status = outcome.returncode

@@ -35,7 +35,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Mapping, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from param_compute.files import FileRefused, read_bounded
 from param_compute.process.lifeline import _PRCTL, die_with_parent
@@ -317,6 +318,17 @@ def run_grouped(command: Sequence[str], env: Optional[Mapping[str, str]] = None,
     for pump in pumps:
         pump.join(timeout=2.0)  # a process that left the group may hold a pipe open
     return outcome
+
+
+def package_env() -> Dict[str, str]:
+    """This process's environment with this param_compute first on ``PYTHONPATH``: a command
+    started for it (another interpreter too) runs the same code."""
+    import param_compute
+
+    env = dict(os.environ)
+    root = str(Path(param_compute.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def report_pipe() -> Optional[int]:
