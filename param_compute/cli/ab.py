@@ -245,31 +245,38 @@ def _run_rounds(args: argparse.Namespace, sides: Dict[str, List[str]]):
             print(f"round {number}: side {side.upper()}", file=sys.stderr, flush=True)
         outcome, stderr = _run_side(getattr(args, f"python_{side}"), args.config,
                                     [*sides[side], *_common(args)], out, args.timeout)
-        which = f"side {side.upper()}'s round {number}"
-        code = outcome.returncode
-        if outcome.signum is not None:  # ab was stopped: so was the side
-            raise Stopped(outcome.signum)
-        if outcome.timed_out:
-            raise SideFailed(f"{which} ran past --timeout {args.timeout:g} s: stopped; "
-                             f"the rounds measured so far are in {rounds_dir} (not joined, "
-                             "not compared)")
-        if code in INTERRUPTED or -code in (signal.SIGINT, signal.SIGTERM):
-            # a side stopped by SIGINT/SIGTERM (not through ab): so is ab
-            print(f"{which} was interrupted (" + (f"exit {code}" if code > 0 else
-                                                  f"killed by {signal_name(-code)}") + ")",
-                  file=sys.stderr)
-            raise KeyboardInterrupt
-        tail = " / ".join(printable(line, 300) for line in stderr.strip().splitlines()[-5:])
-        how = (f"was killed by {signal_name(-code)}" if code < 0 else f"exited {code}")
-        if code == EXIT_INVALID or not out.is_file():
-            failed = AbError if code == EXIT_INVALID else SideFailed
-            raise failed(f"{which} {how} without results: {tail or 'no output'}")
-        if code != EXIT_OK:
+        if not _judged(args, f"side {side.upper()}'s round {number}", outcome, stderr, out):
             status = EXIT_RUN_FAILED
-            print(f"{which} {how}: " + ("its results are kept as far as they go" if code < 0
-                                        else "some runs failed"), file=sys.stderr)
         paths[side].append(out)
     return paths, status
+
+
+def _judged(args: argparse.Namespace, which: str, outcome, stderr: str, out: Path) -> bool:
+    """Whether a side's process measured all it had to (False: some runs failed, or a signal
+    killed it after it wrote results, which are kept); raises where ab must stop: ``Stopped``
+    (ab was), ``KeyboardInterrupt`` (the side was, by someone else), ``SideFailed`` (past
+    ``--timeout``, or no results), ``AbError`` (the side refused its arguments)."""
+    code = outcome.returncode
+    if outcome.signum is not None:  # ab was stopped: so was the side
+        raise Stopped(outcome.signum)
+    if outcome.timed_out:
+        raise SideFailed(f"{which} ran past --timeout {args.timeout:g} s: stopped; the rounds "
+                         f"measured so far are in {out.parent} (not joined, not compared)")
+    if code in INTERRUPTED or -code in (signal.SIGINT, signal.SIGTERM):
+        # a side stopped by SIGINT/SIGTERM (not through ab): so is ab
+        print(f"{which} was interrupted (" + (f"exit {code}" if code > 0 else
+                                              f"killed by {signal_name(-code)}") + ")",
+              file=sys.stderr)
+        raise KeyboardInterrupt
+    tail = " / ".join(printable(line, 300) for line in stderr.strip().splitlines()[-5:])
+    how = f"was killed by {signal_name(-code)}" if code < 0 else f"exited {code}"
+    if code == EXIT_INVALID or not out.is_file():
+        failed = AbError if code == EXIT_INVALID else SideFailed
+        raise failed(f"{which} {how} without results: {tail or 'no output'}")
+    if code != EXIT_OK:
+        print(f"{which} {how}: " + ("its results are kept as far as they go" if code < 0
+                                    else "some runs failed"), file=sys.stderr)
+    return code == EXIT_OK
 
 
 def run_ab(args: argparse.Namespace, console) -> int:

@@ -165,21 +165,9 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
 def main(argv: Optional[List[str]] = None,
          prog: str = "python -m param_compute.capture") -> int:
     args = build_parser(prog).parse_args(argv)
-    if args.old_step is not None:
-        print("warning: capture --step is now --trace-step (--step is run's step file); "
-              "--step will go", file=sys.stderr)
-        if args.step is not None and args.step != args.old_step:
-            print("error: --step and --trace-step say different steps: give --trace-step",
-                  file=sys.stderr)
-            return EXIT_INVALID
-        args.step = args.old_step
-    if args.warmup < 0 or args.steps < 1:
-        print("error: --warmup must be >= 0 and --steps >= 1", file=sys.stderr)
-        return EXIT_INVALID
-    if args.from_et is None and (args.step is not None or args.kineto is not None):
-        print("error: --trace-step and --kineto read an execution trace: use them with "
-              "--from-et",
-              file=sys.stderr)
+    refused = _refused(args)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
         return EXIT_INVALID
     report = None
     if args.run is not None:
@@ -187,11 +175,7 @@ def main(argv: Optional[List[str]] = None,
 
         report = report_pipe()  # given by the command that started this process to lead
         if report is None:
-            try:
-                return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
-            except KeyboardInterrupt:  # before the group started: nothing to end
-                print("interrupted: nothing written", file=sys.stderr)
-                return 128 + signal.SIGINT
+            return _run_in_own_group(list(sys.argv[1:] if argv is None else argv), args)
     logger = logging.getLogger("param_compute.capture")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -207,6 +191,22 @@ def main(argv: Optional[List[str]] = None,
         logger.removeHandler(handler)
 
 
+def _refused(args: argparse.Namespace) -> Optional[str]:
+    """What is wrong with the arguments argparse took, or None (the old ``--step`` taken as
+    ``--trace-step``, with a warning)."""
+    if args.old_step is not None:
+        print("warning: capture --step is now --trace-step (--step is run's step file); "
+              "--step will go", file=sys.stderr)
+        if args.step is not None and args.step != args.old_step:
+            return "--step and --trace-step say different steps: give --trace-step"
+        args.step = args.old_step
+    if args.warmup < 0 or args.steps < 1:
+        return "--warmup must be >= 0 and --steps >= 1"
+    if args.from_et is None and (args.step is not None or args.kineto is not None):
+        return "--trace-step and --kineto read an execution trace: use them with --from-et"
+    return None
+
+
 #: What the process running the user's code reports to the command (``process.group``'s
 #: report pipe): it began writing the outputs; it got to its end (whatever its status).
 WRITING, DONE = b"writing\n", b"done\n"
@@ -220,11 +220,14 @@ def _run_in_own_group(argv: List[str], args: argparse.Namespace) -> int:
 
     try:
         check_capture_outputs(args)  # before a process starts, as the leader checks them
+        command = [sys.executable, "-m", "param_compute", "capture", *argv]
+        outcome = run_grouped(command, env=package_env(), report=True)
     except OptionsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    command = [sys.executable, "-m", "param_compute", "capture", *argv]
-    outcome = run_grouped(command, env=package_env(), report=True)
+    except KeyboardInterrupt:  # before the group started: nothing to end
+        print("interrupted: nothing written", file=sys.stderr)
+        return 128 + signal.SIGINT
     shown = printable(args.run, 300)
     unwritten = "some outputs may be written" if WRITING in outcome.report else "nothing written"
     status = outcome.returncode
@@ -317,20 +320,25 @@ def check_capture_outputs(args: argparse.Namespace) -> None:
                   {"--from-et trace": args.from_et, "--kineto trace": args.kineto})
 
 
+def _workload(args: argparse.Namespace):
+    """The captured workload: from the trace (``--from-et``) or the live step (``--run``)."""
+    check_capture_outputs(args)
+    if args.from_et is not None:
+        from param_compute.capture.trace.execution_trace import capture_execution_trace
+
+        return capture_execution_trace(
+            args.from_et, skip_views=args.skip_views, step=args.step,
+            allow_namespaces=args.allow_namespace, kineto=args.kineto,
+            target_device=args.target_device or _default_device(),
+            max_trace_bytes=args.max_trace_bytes)
+    workload = _live_workload(args)  # torch imported by the step's module or the capture
+    workload.target_device = args.target_device or _default_device()
+    return workload
+
+
 def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
     try:
-        check_capture_outputs(args)
-        if args.from_et is not None:
-            from param_compute.capture.trace.execution_trace import capture_execution_trace
-
-            target = args.target_device or _default_device()
-            workload = capture_execution_trace(
-                args.from_et, skip_views=args.skip_views, step=args.step,
-                allow_namespaces=args.allow_namespace, kineto=args.kineto,
-                target_device=target, max_trace_bytes=args.max_trace_bytes)
-        else:
-            workload = _live_workload(args)  # torch imported by the step or the capture
-            workload.target_device = args.target_device or _default_device()
+        workload = _workload(args)
     except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

@@ -323,10 +323,8 @@ def run_grouped(command: Sequence[str], env: Optional[Mapping[str, str]] = None,
 def package_env() -> Dict[str, str]:
     """This process's environment with this param_compute first on ``PYTHONPATH``: a command
     started for it (another interpreter too) runs the same code."""
-    import param_compute
-
     env = dict(os.environ)
-    root = str(Path(param_compute.__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding param_compute/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
