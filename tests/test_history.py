@@ -551,3 +551,57 @@ def test_a_run_in_a_git_work_tree_is_labelled_by_its_commit(tmp_path):
     from param_compute.history.identity import default_label
 
     assert default_label(header) == head[:12]
+
+
+# --- outliers neither hide a step nor make one (issue 31) ----------------------------------
+
+def _history_of(tmp_path, medians, name):
+    """A database of one steady config and one whose medians are ``medians``, a label each."""
+    db = tmp_path / f"{name}.db"
+    for index, median in enumerate(medians, 1):
+        path = write_results(tmp_path / f"{name}-c{index}.json", header(start=f"s{index}"),
+                             [record(0, 2.0), record(1, median)])
+        assert history("add", path, "--label", f"c{index}", db=db).returncode == 0
+    return db
+
+
+def test_two_isolated_outliers_do_not_hide_a_step_that_three_labels_confirm(tmp_path):
+    """Two isolated 3x labels among eight used to inflate the scatter until a clean +50% step
+    confirmed by three labels passed the gate (exit 0)."""
+    clean = _history_of(tmp_path, [1, 1, 1, 1, 1, 1.5, 1.5, 1.5], "clean")
+    done = history("check", "--fail-on-regression", "10", db=clean)
+    assert done.returncode == 1, done.stdout
+    expected = ("regression: torch.mm|1|0|0 (65×64 f32) [forward] on h1 cpu/x86_64 1t torch "
+                "2.13.0: +50.0% at c6 (1.000 ms → 1.500 ms)")
+    assert expected in done.stdout.splitlines()
+    hidden = _history_of(tmp_path, [1, 3, 1, 3, 1, 1.5, 1.5, 1.5], "outliers")
+    done = history("check", "--fail-on-regression", "10", db=hidden)
+    assert done.returncode == 1, done.stdout
+    assert [line for line in done.stdout.splitlines() if line.startswith("regression")] == \
+        [expected]
+    assert "1 regression(s) of at least 10% in 2 series; 0 improvement(s)" in done.stdout
+    alone = _history_of(tmp_path, [1, 3, 1, 1, 3, 1, 1, 1], "alone")
+    done = history("check", "--fail-on-regression", "10", db=alone)
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    assert done.stdout == "0 regression(s) of at least 10% in 2 series; 0 improvement(s)\n"
+
+
+def test_isolated_outliers_anywhere_never_hide_the_step_nor_make_one():
+    """Every placement of two isolated 3x labels among eight around a +50% step at the sixth
+    label; and the step levels are the labels', never an outlier's."""
+    import itertools
+
+    level = [1, 1, 1, 1.5, 1.5, 1.5]
+    for first, second in itertools.combinations(range(8), 2):
+        if second == first + 1:  # two in a row are a level of their own, not outliers
+            continue
+        rest = iter(level)
+        medians = [3 if i in (first, second) else next(rest) for i in range(8)]
+        steps = detect(points(medians))
+        assert [(round(s.before, 3), round(s.after, 3)) for s in steps] == [(1, 1.5)], medians
+        assert points(medians)[steps[0].index].median == 1.5  # the new level's first label
+        outliers_only = [3 if i in (first, second) else 1 for i in range(8)]
+        assert detect(points(outliers_only)) == [], outliers_only
+    # two in a row at a new level are a level, as before; a lone odd label at the end is not
+    assert [s.label for s in detect(points([1, 1, 1, 2, 2, 1, 1, 1]))] == ["c4", "c6"]
+    assert detect(points([1, 1, 1, 1, 1, 3])) == []
