@@ -108,8 +108,11 @@ def test_damaged_lines_are_skipped_and_listed_the_rest_is_added(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"not a database at all, just text" * 40, "not a history database (SQLite says: file is "
-                                                "not a database)"),
+    (b"not a database at all, just text" * 40, "not a history database (not an SQLite "
+                                                "database: its first bytes are not SQLite's "
+                                                "header)"),
+    (b"SQLite format 3\x00" + b"\x00" * 4080, "not a history database (SQLite says: file is "
+                                             "not a database)"),
     (None, "is a directory, not a history database"),
 ])
 def test_a_file_that_is_no_history_database_is_named(tmp_path, content, message):

@@ -49,24 +49,34 @@ DDL: List[str] = [
 ]
 
 
-def ensure(backend: Backend, create: bool) -> None:
-    """Check that ``backend`` holds a history database of this version; with ``create``, an
-    empty database gets the schema (in one transaction). :class:`HistoryError` otherwise: a
-    database of something else, or of a newer version."""
+def check(backend: Backend, create: bool = False) -> None:
+    """Check, reading only, that ``backend`` holds a history database of this version (with
+    ``create``: or an empty one, to be made one). :class:`HistoryError` otherwise: a database
+    of something else, of a newer version, or (without ``create``) an empty one. What
+    ``backends.connect`` runs on a read-only connection before anything may write."""
     tables = set(backend.tables())
     if not tables:
         if not create:
             raise HistoryError(f"{backend.where}: an empty database, no history yet (python -m "
                                "param_compute.history add RESULTS.json fills it)")
-        with backend.write():
-            if backend.tables():  # another writer created it meanwhile
-                return _check(backend, set(backend.tables()))
-            for statement in DDL:
-                backend.execute(statement)
-            backend.executemany("INSERT INTO history_meta (key, value) VALUES (?, ?)",
-                                [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
         return
     _check(backend, tables)
+
+
+def ensure(backend: Backend, create: bool) -> None:
+    """:func:`check`; with ``create``, an empty database gets the schema (in one transaction,
+    marked as ours: SQLite's ``application_id``)."""
+    check(backend, create)
+    if backend.tables():
+        return
+    with backend.write():
+        if backend.tables():  # another writer created it meanwhile
+            return _check(backend, set(backend.tables()))
+        backend.stamp()
+        for statement in DDL:
+            backend.execute(statement)
+        backend.executemany("INSERT INTO history_meta (key, value) VALUES (?, ?)",
+                            [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
 
 
 def _check(backend: Backend, tables: set) -> None:

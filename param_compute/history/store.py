@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from param_compute.history.backends import Backend, HistoryError, connect
 from param_compute.history.identity import Machine
-from param_compute.history.schema import ensure
+from param_compute.history.schema import check, ensure
 
 #: A series' identity within a machine: (op, config key, pass).
 SeriesKey = Tuple[str, str, str]
@@ -59,7 +59,7 @@ class HistoryStore:
 
     @classmethod
     def open(cls, db: str, create: bool = False) -> "HistoryStore":
-        backend = connect(db, create)
+        backend = connect(db, create, lambda opened: check(opened, create))
         try:
             ensure(backend, create)
         except BaseException:
@@ -226,9 +226,9 @@ class HistoryStore:
 
 def open_store(db: str, create: bool = False) -> HistoryStore:
     """:meth:`HistoryStore.open`, database errors of the driver turned into HistoryError."""
-    from param_compute.history.backends import driver_errors, shown
+    from param_compute.history.backends import driver_errors, explained, shown
 
     try:
         return HistoryStore.open(db, create)
     except driver_errors() as exc:
-        raise HistoryError(f"{shown(db)}: {exc}") from None
+        raise HistoryError(f"{shown(db)}: {explained(exc, db)}") from None
