@@ -394,13 +394,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_numbers_out_of_the_store_s_range_are_not_a_crash(tmp_path):
     head = header()
     head["sys_info"]["pytorch_num_threads"] = 2**70
-    odd = record(0, 1e300)
+    odd = record(0, 1e15)  # the largest time taken from a file (results.fields.MAX_NUMBER)
     odd["stats"]["forward"]["n"] = 2**62
     odd["op_name"] = "op\nwith\ttabs \x1b[2J <and> ünïcode"
-    path = write_results(tmp_path / "r.json", head, [odd, record(1, 2**62)])
+    path = write_results(tmp_path / "r.json", head, [odd, record(1, 2**62), record(2, 1e300)])
     done = history("add", path, "--label", "v1", db=tmp_path / "h.db")
     assert done.returncode == 0, done.stderr
-    assert "on h1 cpu/x86_64 torch 2.13.0: 2 point(s)" in done.stdout  # no thread count
+    # no thread count; 2**62 and 1e300 ms are no measurements (as every tool reads them)
+    assert "on h1 cpu/x86_64 torch 2.13.0: 1 point(s) from 3 record(s), 2 without a " \
+           "measured pass" in done.stdout
     shown = history("show", db=tmp_path / "h.db")
     # control characters from the data are printed as escapes, never sent to the terminal
     assert shown.returncode == 0
