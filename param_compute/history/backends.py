@@ -68,6 +68,9 @@ _SECRET_KEYS = frozenset({"password", "passfile", "sslpassword", "sslkey", "sslk
 _SECRET_WORDS = ("pass", "secret", "token", "key")
 _PAIR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)")
 _MASK = "***"
+#: A credential in text that is no connection string: ``password=VALUE`` (any secret key).
+_LOOSE_SECRET = re.compile(r"(?i)\b((?:[a-z_]*(?:pass|secret|token)[a-z_]*|sslkey)\s*=\s*)"
+                           r"('(?:[^'\\]|\\.)*'|[^\s&'#]+)")
 
 
 class HistoryError(Exception):
@@ -130,42 +133,47 @@ def _url_secrets(url: str) -> Tuple[str, List[str]]:
 
 
 def _masked(db: str) -> Tuple[str, List[str]]:
-    """(``db`` with every credential masked, the secrets it held)."""
+    """(``db`` with every credential masked, the secrets it held). Anything else that looks
+    like a credential (``password=...`` in a string that is neither a URL nor a connection
+    string libpq reads) is masked too: a mistyped connection string is named as a path."""
     text = str(db)
     if text.startswith(("postgresql://", "postgres://")):
         shown_text, secrets = _url_secrets(text)
     else:
-        pairs = _conninfo(text) or []
+        pairs = _conninfo(text)
         secrets, shown_text, last = [], "", 0
-        for key, value, (begin, end) in pairs:
+        for key, value, (begin, end) in pairs or ():
             if _secret(key):
                 secrets.append(value)
                 shown_text += text[last:begin] + _MASK
                 last = end
         shown_text += text[last:]
+        if pairs is None:
+            for match in _LOOSE_SECRET.finditer(text):
+                secrets.append(match.group(2))
+            shown_text = _LOOSE_SECRET.sub(lambda m: f"{m.group(1)}{_MASK}", text)
     decoded = [unquote(secret) for secret in secrets]
     return shown_text, [s for s in dict.fromkeys(secrets + decoded) if s]
 
 
 def shown(db: Any) -> str:
-    """A database as messages name it: a PostgreSQL URL or connection string with every
-    credential masked (``user:***@``, ``password=***``, ``sslpassword=***``...), any name with
-    its control characters as escapes (a newline in it forges no line)."""
-    return printable(_masked(str(db))[0] if is_postgres(str(db)) else str(db), 500)
+    """A database as messages name it: every credential masked (``user:***@``,
+    ``password=***``, ``sslpassword=***``...), control characters as escapes (a newline in it
+    forges no line)."""
+    return printable(_masked(str(db))[0], 500)
 
 
 def scrubbed(text: Any, db: Any) -> str:
     """A driver's message about ``db`` without its secrets (a driver may quote the part of a
     URL it could not parse, password and all), on one line."""
     text = str(text)
-    if is_postgres(str(db)):
-        masked, secrets = _masked(str(db))
-        text = text.replace(str(db), masked)
-        for secret in sorted(secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, _MASK)
-            else:  # a short one only where it stands alone
-                text = re.sub(rf"(?<![\w%]){re.escape(secret)}(?![\w%])", _MASK, text)
+    masked, secrets = _masked(str(db))
+    text = text.replace(str(db), masked)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, _MASK)
+        else:  # a short one only where it stands alone
+            text = re.sub(rf"(?<![\w%]){re.escape(secret)}(?![\w%])", _MASK, text)
     return printable(" ".join(text.split()), 1000)
 
 
