@@ -25,8 +25,9 @@ PROG = "python -m param_compute.history"
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, metavar="DB",
-                        help=f"the history: an SQLite file (default ./{DEFAULT_DB}) or a "
-                             "postgresql://USER@HOST/NAME URL (needs psycopg)")
+                        help=f"the history: an SQLite file (default ./{DEFAULT_DB}), or a "
+                             "postgresql://USER@HOST/NAME URL or libpq connection string "
+                             "('host=H dbname=N'; needs psycopg)")
     common.add_argument("-q", "--quiet", action="store_true",
                         help="print nothing on standard output: warnings, errors and check's "
                              "regressions only (on standard error)")
