@@ -1,9 +1,9 @@
 """``history add``: one results file into the store, in one transaction, once.
 
-The file is streamed (``results.file.ResultsStream``): each measured pass (a finite median
-above 0) of each ``ok`` record is a point (median and its 95% interval) of the series
-(machine, op, config, pass), written in batches. Damaged lines are skipped and listed, never a reason to drop the rest. A captured
-workload's step totals are series too (``workload step``): Σ median × count (the isolated
+The file is streamed (``results.file.ResultsStream``, times in ms): each measured pass (a median
+above 0 and at most ``results.fields.MAX_NUMBER`` ms) of each ``ok`` record is a point (median
+and its 95% interval) of the series (machine, op, config, pass), written in batches. Damaged
+lines are skipped and listed, never a reason to drop the rest. A captured workload's step totals are series too (``workload step``): Σ median × count (the isolated
 replay) and, when the file holds a step replay, the in-step total (``analysis.ledger``).
 
 The file's identity is the hash of its bytes (``results.file.file_digest``): the same file
