@@ -118,12 +118,17 @@ def _rough_noise(logs: Sequence[float]) -> float:
     n = len(logs)
     if n < 2 * _REACH + 1:
         return _noise(logs)
-    nearest = []
-    for i, value in enumerate(logs):
-        start = min(max(i - _REACH, 0), n - 2 * _REACH - 1)  # four neighbours at the ends too
-        nearest.append(min(abs(value - logs[j]) for j in range(start, start + 2 * _REACH + 1)
-                           if j != i))
-    return upper_median(nearest) / _NEAREST_OF_FOUR
+    one = [abs(b - a) for a, b in zip(logs, logs[1:])]  # one[i]: labels i and i + 1
+    two = [abs(b - a) for a, b in zip(logs, logs[2:])]  # two[i]: labels i and i + 2
+    # inside: the two neighbours each side; the two first and last labels: four neighbours on
+    # the side they have
+    nearest = [min(a, b, c, d) for a, b, c, d in zip(one[1:], one[2:], two, two[2:])]
+    ends = []
+    for i in (0, 1, n - 2, n - 1):
+        start = min(max(i - _REACH, 0), n - 2 * _REACH - 1)
+        ends.append(min(abs(logs[i] - logs[j]) for j in range(start, start + 2 * _REACH + 1)
+                        if j != i))
+    return upper_median(ends[:2] + nearest + ends[2:]) / _NEAREST_OF_FOUR
 
 
 def _penalty(noise: float, n: int, min_change: float) -> float:
@@ -176,13 +181,12 @@ def _isolated(logs: Sequence[float], noise: float, min_change: float) -> List[bo
     if n < 2 * _REACH + 1:
         return [False] * n
     far = max(SCATTER_Z * math.sqrt(2) * noise, math.log1p(min_change))
-    odd = []
-    for i, value in enumerate(logs):
-        if any(abs(value - logs[j]) <= far for j in (i - 1, i + 1) if 0 <= j < n):
-            odd.append(False)
-            continue
-        start = min(max(i - _REACH, 0), n - 2 * _REACH - 1)
-        odd.append(abs(value - median(logs[start:start + 2 * _REACH + 1])) > far)
+    apart = [abs(b - a) > far for a, b in zip(logs, logs[1:])]  # labels i and i + 1
+    odd = [False] * n
+    for i in range(n):
+        if (i == 0 or apart[i - 1]) and (i == n - 1 or apart[i]):  # far from its neighbours
+            start = min(max(i - _REACH, 0), n - 2 * _REACH - 1)
+            odd[i] = abs(logs[i] - median(logs[start:start + 2 * _REACH + 1])) > far
     return odd
 
 
@@ -202,30 +206,34 @@ def _candidates(logs: Sequence[float], noise: float, min_change: float,
     return sorted(found)
 
 
-def _spread(logs: Sequence[float], cap: float) -> float:
-    """How far a stretch of labels lies from its level (its median), each label counting at
-    most ``cap``: an outlier counts as one label off, however far off it is."""
-    level = median(logs)
-    return math.fsum(min(abs(x - level), cap) for x in logs)
-
-
 def _refine(logs: Sequence[float], splits: List[int], noise: float, min_change: float,
-            min_points: int) -> List[int]:
+            min_points: int, odd: Sequence[bool]) -> List[int]:
     """Each split moved (within :data:`_REFINE` places, each level keeping ``min_points``
-    labels) to where the raw labels are nearest to the levels on both sides, outliers
-    counting as one label each (:func:`_spread`); ties keep the place nearest the candidate.
-    The smoothing the candidates come from can put a split beside an outlier (a run of
-    ``1 3 1 3 1 | 1.5 1.5``) where its levels are not those of the labels."""
+    labels) to where the labels in between are nearest to the levels on their sides (the
+    medians of the labels beyond that zone), each counting at most ``cap`` (an outlier is one
+    label off, however far off); ties keep the place nearest the candidate. The smoothing the
+    candidates come from can put a split beside an outlier (``1 3 1 3 1 | 1.5 1.5``) where
+    its levels are not those of the labels."""
     cap = max(3 * noise, math.log1p(max(min_change, 1e-6)))
     out: List[int] = []
     for index, split in enumerate(splits):
         start = out[-1] if out else 0
         end = splits[index + 1] if index + 1 < len(splits) else len(logs)
-        places = range(max(split - _REFINE, start + min_points),
-                       min(split + _REFINE, end - min_points) + 1)
-        best = min(places, default=split, key=lambda k: (
-            round(_spread(logs[start:k], cap) + _spread(logs[k:end], cap), 12), abs(k - split)))
-        out.append(best)
+        low = max(split - _REFINE, start + min_points)
+        high = min(split + _REFINE, end - min_points)
+        if low >= high:
+            out.append(split)
+            continue
+        before = median([x for x, o in zip(logs[start:split], odd[start:split]) if not o]
+                        or logs[start:split])
+        after = median([x for x, o in zip(logs[split:end], odd[split:end]) if not o]
+                       or logs[split:end])
+        costs = {}
+        for place in range(low, high + 1):
+            costs[place] = round(math.fsum(
+                min(abs(logs[i] - (before if i < place else after)), cap)
+                for i in range(low, high)), 12)
+        out.append(min(costs, key=lambda place: (costs[place], abs(place - split))))
     return out
 
 
@@ -241,7 +249,7 @@ def detect(points: Sequence[Point], min_change: float = MIN_CHANGE,
     odd = _isolated(logs, _rough_noise(logs), min_change)
     noise = _noise([x for x, outlier in zip(logs, odd) if not outlier])
     splits = _refine(logs, _candidates(_smoothed_logs(points), noise, min_change, min_points),
-                     noise, min_change, min_points)
+                     noise, min_change, min_points, odd)
     while True:
         bounds = [0, *splits, len(points)]
         steps = [_judge(points, bounds[i], bounds[i + 1], bounds[i + 2], min_change, noise,
