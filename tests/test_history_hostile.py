@@ -240,6 +240,10 @@ def test_a_write_that_fails_midway_leaves_the_store_as_it_was(tmp_path, monkeypa
     ("host=db dbname=h user=me password='pw with spaces'", ["pw with spaces"],
      "host=db dbname=h user=me password=***"),
     ("host=db password=hunter2\nforged", ["hunter2"], None),
+    ("postgresql://mé:pässwörd@hôst/dß?sslpassword=ключ", ["pässwörd", "ключ"],
+     "postgresql://mé:***@hôst/dß?sslpassword=***"),
+    ("postgresql://me:p%C3%A4ss%0Aword@h/db", ["p%C3%A4ss%0Aword", "päss\nword"],
+     "postgresql://me:***@h/db"),
 ])
 def test_every_credential_is_masked_wherever_the_database_is_named(db, secrets, expected):
     assert is_postgres(db) or "\n" in db
