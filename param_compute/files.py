@@ -15,7 +15,8 @@ Reading (untrusted input):
   ``fstat`` first, then at most ``limit + 1`` bytes read (a file growing meanwhile is caught);
   ``regular_only=False`` (a spec given as ``<(cat spec)``) opens blocking, so a FIFO's writer is
   waited for, and reads it within the same bound. :func:`read_at_most` is the bound on any
-  stream (a decompressing one included). :func:`check_regular` checks a path without opening it.
+  stream (a decompressing one included). :func:`check_regular` checks a path without opening it;
+  :func:`read_head` reads a file's first bytes (a database's header, before its driver opens it).
 
 Writing (never through a planted link):
 
@@ -199,6 +200,18 @@ def read_at_most(stream, limit: int, first: int = _BLOCK):
             return None
         chunk = stream.read(min(_BLOCK, limit + 1 - len(held)))
     return held
+
+
+def read_head(path: PathLike, size: int, follow_links: bool = True,
+              error: Optional[ErrorMaker] = None) -> bytes:
+    """The first ``size`` bytes of the regular file ``path`` (fewer where it is shorter): a
+    file's header, read before anything else opens it (:func:`open_regular`'s refusals)."""
+    with open_regular(path, follow_links, error=error) as stream:
+        try:
+            return stream.read(size)
+        except OSError as exc:
+            _raise(_open_error(path, exc, False), error)
+            raise  # not reached
 
 
 def _over(path: PathLike, limit: int, size: Optional[int] = None) -> FileRefused:

@@ -12,9 +12,13 @@ from typing import Any, Optional
 
 
 def format_ms(value: Optional[float], missing: str = "-") -> str:
-    """A time given in milliseconds, in the unit that reads best (ms or µs)."""
-    if value is None:
+    """A time given in milliseconds, in the unit that reads best (ms or µs); one that is no
+    number (NaN, infinite) is ``missing``, and an absurd one from a hostile file (1e300 ms)
+    is written with its exponent, never as three hundred digits."""
+    if value is None or value != value or value in (float("inf"), float("-inf")):
         return missing
+    if value >= 1e9:
+        return f"{value:.4g} ms"
     if value >= 100:
         return f"{value:.1f} ms"
     if value >= 1:
