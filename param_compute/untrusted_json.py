@@ -284,7 +284,7 @@ def deep_place(value: Any, limit: int) -> Path:
     return ()
 
 
-def _key_tokens(text: str) -> Optional[int]:
+def key_tokens(text: str) -> Optional[int]:
     """The key tokens of ``text`` counted cheaply (``":`` ends a key where every quote
     delimits a string and no key is spaced from its colon), or None where that cannot tell."""
     if '\\"' in text or (any(f'"{space}' in text for space in " \t\r\n")
@@ -360,7 +360,7 @@ def parse(text: str, max_depth: int, constants: bool = False, invalid: str = "no
         # Python before 3.11 reads any integer, in time quadratic in its digits
         raise JsonRefused(f"an integer of more than {MAX_INT_DIGITS} digits (no value here "
                           "needs one)")
-    tokens = _key_tokens(text)
+    tokens = key_tokens(text)
     value = _loads(text, constants, invalid, max_depth)
     too_deep, keys = ((False, 0) if type(value) is not dict and type(value) is not list
                       else _deep_or_keys(value, max_depth))
