@@ -9,9 +9,9 @@ kernel's ``MemAvailable``, the address-space limit ``ulimit -v`` less what the p
 the cgroup's ``memory.max`` less its use, whichever is least), with a message saying how much
 it would take:
 
-* a text of ``N`` bytes parses to at most :data:`MAX_EXPANSION` × ``N`` (the densest JSON,
-  ``[{},{},...]``, takes 24 bytes a byte), so a text that small against the budget is parsed
-  at once;
+* a text of ``N`` characters parses to at most :data:`MAX_EXPANSION` × ``N`` bytes (the
+  densest JSON, empty arrays nested in arrays, takes 44 bytes a character; ``[{},{},...]`` 24),
+  so a text that small against the budget is parsed at once;
 * otherwise its :class:`Shape` is counted (objects, arrays, keys, strings, commas and the bytes
   inside strings, outside strings only: a pass over the text at C speed, a block at a time, a
   fraction of the parse's time), and :meth:`Shape.parsed_bytes` is an upper bound on what
@@ -45,12 +45,13 @@ from param_compute.formatting import format_bytes, printable
 
 #: The share of the memory available that one parse may take.
 MEMORY_FRACTION = 0.5
-#: Bytes a byte of JSON text can become at most once parsed (``[{},{},...]``: 24).
-MAX_EXPANSION = 32
+#: Bytes a character of JSON text can become at most once parsed (``[[[[]]]]``: 44).
+MAX_EXPANSION = 48
 #: Bytes every parse may take besides its text's share (the parser's own, a deep nest's frames).
 PARSE_OVERHEAD = 2**20
-#: Text scanned at a time for its shape.
-_SCAN_BLOCK = 1 << 22
+#: Characters scanned at a time for a text's shape (a block of quotes splits into as many
+#: pieces: a few bytes each).
+_SCAN_BLOCK = 1 << 20
 #: Digits of the longest integer Python reads from text (``sys.int_info``, 3.11's default).
 MAX_INT_DIGITS = 4300
 #: A key token spaced from its colon (``"key" :``; json.dumps never writes one).
@@ -240,6 +241,9 @@ def decode(data) -> str:
         return data.decode("utf-8-sig") if not isinstance(data, str) else data
     except UnicodeDecodeError as exc:
         raise JsonRefused(f"not UTF-8 text (byte {exc.start})") from None
+    except MemoryError:
+        raise JsonRefused(f"ran out of memory decoding its {format_bytes(len(data))} of "
+                          "text") from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -285,12 +289,13 @@ def deep_place(value: Any, limit: int) -> Path:
 
 
 def key_tokens(text: str) -> Optional[int]:
-    """The key tokens of ``text`` counted cheaply (``":`` ends a key where every quote
-    delimits a string and no key is spaced from its colon), or None where that cannot tell."""
-    if '\\"' in text or (any(f'"{space}' in text for space in " \t\r\n")
-                         and _SPACED_KEY.search(text)):
+    """The key tokens of ``text`` counted cheaply, or None where that cannot tell: ``":``
+    ends a key unless its quote is escaped (``\\":``, as JSON inside a string has it; an
+    escaped backslash before a quote, ``\\\\":``: None), and no key may be spaced from its
+    colon (None)."""
+    if '\\\\":' in text or _SPACED_KEY.search(text):
         return None
-    return text.count('":')
+    return text.count('":') - text.count('\\":')
 
 
 class _Duplicate(dict):
@@ -325,8 +330,6 @@ def _first_duplicate(value: Any) -> Optional[Tuple[Path, str]]:
 
 
 def _loads(text: str, constants: bool, invalid: str, max_depth: int, **hooks) -> Any:
-    collecting = gc.isenabled()
-    gc.disable()  # parsed JSON has no cycles: collections during the parse are waste
     try:
         return json.loads(text, parse_constant=None if constants else _refuse_constant,
                           **hooks)
@@ -345,9 +348,6 @@ def _loads(text: str, constants: bool, invalid: str, max_depth: int, **hooks) ->
             raise JsonRefused(f"an integer of more than {MAX_INT_DIGITS} digits (no value "
                               "here needs one)") from None
         raise JsonRefused(f"{invalid}: {printable(exc, 200)}") from None
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def parse(text: str, max_depth: int, constants: bool = False, invalid: str = "not JSON",
@@ -356,6 +356,16 @@ def parse(text: str, max_depth: int, constants: bool = False, invalid: str = "no
     module's doc lists; ``constants``: ``NaN`` and ``Infinity`` allowed; ``invalid``: the
     words for text that is no JSON; ``memory_limit``: bytes instead of the budget (tests)."""
     check_memory(text, memory_limit)
+    collecting = gc.isenabled()
+    gc.disable()  # parsed JSON has no cycles: collections over it while it is made and walked
+    try:          # are waste (they made a large trace's parse five times slower)
+        return _parse(text, max_depth, constants, invalid)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse(text: str, max_depth: int, constants: bool, invalid: str) -> Any:
     if not hasattr(sys, "get_int_max_str_digits") and _LONG_INT.search(text):
         # Python before 3.11 reads any integer, in time quadratic in its digits
         raise JsonRefused(f"an integer of more than {MAX_INT_DIGITS} digits (no value here "

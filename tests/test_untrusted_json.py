@@ -106,7 +106,9 @@ DENSE = {"empty objects": "{}", "one key": '{"a":0}', "six keys": '{"a":0,"b":0,
          "numbers": "1000", "floats": "1.5", "long integers": "9" * 4300, "short strings": '"ab"',
          "escapes": '"a\\"b\\\\"', "astral string": '"\U0001F600' + "a" * 500 + '"',
          "astral escape": '"\\ud83d\\ude00' + "a" * 500 + '"', "two-byte string": '"\u4e00\u4e00"',
-         "literals": "true", "objects of objects": '{"a":{"b":{}}}'}
+         "literals": "true", "objects of objects": '{"a":{"b":{}}}',
+         "arrays nested deep": "[" * 90 + "]" * 90, "objects nested deep": '{"":' * 90 + "0"
+         + "}" * 90}
 
 
 @pytest.mark.parametrize("name", sorted(DENSE))
@@ -114,6 +116,13 @@ def test_the_estimate_bounds_the_parse_of_the_densest_shapes(name):
     item = DENSE[name]
     text = "[" + ",".join([item] * (300 if len(item) > 100 else 5000)) + "]"
     assert untrusted_json.shape_of(text).parsed_bytes() >= _parsed_size(text)
+
+
+def test_no_text_parses_to_more_than_max_expansion_bytes_a_character():
+    """What lets a small text be parsed without counting its shape."""
+    for item in DENSE.values():
+        text = "[" + ",".join([item] * (300 if len(item) > 100 else 5000)) + "]"
+        assert _parsed_size(text) <= untrusted_json.MAX_EXPANSION * len(text), item[:20]
 
 
 def test_every_key_unique_is_within_the_estimate_too():
