@@ -163,6 +163,25 @@ def test_the_shape_counts_outside_strings_only_and_across_blocks(monkeypatch):
                                      ('a{[,:', 'x\\"{,', '\\\\', 'b', ']:', 'c', '\\\\\\"'))
 
 
+@pytest.mark.parametrize("text, where, key", [
+    ('{"a": "{\\"b\\": 1}", "a": 2}', (), "a"),       # JSON inside a string, then a repeat
+    ('{"x": [{"k\\\\": 1, "k\\\\": 2}]}', ("x", 0), "k\\"),  # a key ending in a backslash
+    ('{"x": {"k" : 1, "k": 2}}', ("x",), "k"),           # one spaced from its colon
+    ('[{"a": 1}, {"b": 1, "c": {"d": 1, "d": 1}}]', (1, "c"), "d"),
+])
+def test_duplicate_keys_are_found_whatever_the_text_around_them(text, where, key):
+    with pytest.raises(untrusted_json.JsonRefused) as caught:
+        untrusted_json.parse(text, 10)
+    assert caught.value.where == where and caught.value.reason.startswith(
+        f"duplicate key {key!r}")
+
+
+@pytest.mark.parametrize("text", ['{"a": "{\\"b\\": 1, \\"b\\": 2}"}',  # inside a string
+                                  '{"a\\"": 1, "a": 2}', '{"a" : 1, "b"\n:2}'])
+def test_texts_without_duplicate_keys_parse(text):
+    assert isinstance(untrusted_json.parse(text, 10), dict)
+
+
 def test_memory_available_is_the_least_of_what_bounds_it(monkeypatch):
     monkeypatch.setattr(untrusted_json, "_kernel_number",
                         lambda path, key=None: {"MemAvailable:": 8 * 2**30,
