@@ -393,6 +393,17 @@ def test_a_foreign_step_file_is_refused_naming_both_files(tmp_path):
     assert not out.exists()
 
 
+def test_a_foreign_spec_name_is_shown_escaped_and_short(tmp_path):
+    spec = _capture(tmp_path)
+    step = json.loads(step_path(spec).read_text())
+    step["spec"] = "\x1b[2Jevil" + "x" * 1000 + ".json"
+    step_path(spec).write_text(json.dumps(step))
+    result = _run(spec, "--replay-step", "-o", tmp_path / "r.json")
+    assert result.returncode == 2
+    assert "captured with the spec '\\x1b[2Jevilxxx" in result.stderr
+    assert "\x1b" not in result.stderr and len(result.stderr) < 2000
+
+
 def test_a_foreign_step_file_named_with_step_is_warned_and_marked(tmp_path):
     spec = _capture(tmp_path, "a")
     other = step_path(_capture(tmp_path, "b", size=8))

@@ -40,6 +40,7 @@ from param_compute.plan.runplan import PlannedRun, plan_runs
 from param_compute.results.stats import median
 from param_compute.runtime.step_timeline import MEASURED, PACKED, build_timeline
 from param_compute.spec.step_file import StepFileError, read_step_file, step_path
+from param_compute.spec.wording import short
 
 log = logging.getLogger("param_compute")
 
@@ -100,7 +101,7 @@ def check_step_spec(path: Path, step: Dict[str, Any], spec_path: Optional[Path],
     warned. The marks for the step's record: ``{"foreign": True}``, ``{"stale": True}`` or
     ``{}``."""
     recorded_name, recorded_hash = step.get("spec"), step.get("spec_sha256")
-    captured = (f"captured with the spec {printable(recorded_name, 300)!r}"
+    captured = (f"captured with the spec {short(recorded_name, 300)}"
                 if recorded_name is not None else "naming no spec")
     if spec_path is None:
         log.warning("%s: the spec was given as a dict, so whether this step file (%s) was "
