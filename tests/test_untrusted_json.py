@@ -397,6 +397,7 @@ def test_a_foreign_spec_name_is_shown_escaped_and_short(tmp_path):
     spec = _capture(tmp_path)
     step = json.loads(step_path(spec).read_text())
     step["spec"] = "\x1b[2Jevil" + "x" * 1000 + ".json"
+    step["spec_sha256"] = "0" * 64  # another spec's
     step_path(spec).write_text(json.dumps(step))
     result = _run(spec, "--replay-step", "-o", tmp_path / "r.json")
     assert result.returncode == 2
