@@ -1,4 +1,4 @@
-"""Text for people: times in the unit that reads best, and untrusted text made printable.
+"""Text for people: times and sizes in the unit that reads best, untrusted text made printable.
 
 Shared by the console summary, ``compare``, ``report``, the spec's and the traces' problem
 messages: :func:`printable` is the one escaping rule for text that comes from a file, a trace,
@@ -24,6 +24,14 @@ def format_ms(value: Optional[float], missing: str = "-") -> str:
     if value >= 1:
         return f"{value:.3f} ms"
     return f"{value * 1000:.2f} µs"
+
+
+def format_bytes(count: int) -> str:
+    """A size in bytes, in the binary unit that reads best (``2.5 GiB``, ``512 KiB``)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.4g} {unit}"
+    return f"{count} bytes"
 
 
 def cell(value: Any):
