@@ -309,9 +309,13 @@ class Executor:
         fn = op.bind_forward(args, kwargs)
         # FLOPs are counted on the eager call: a compiled callable run under the counting
         # dispatch mode has dynamo skip its frame for good (every later call ran eager), and a
-        # graph replay runs no aten ops to count.
-        self.eager_forward = fn
+        # graph replay runs no aten ops to count. An operator that compiles itself (a captured
+        # graph, ``operators.graphs``) gives its eager call, and its compile time.
+        eager = getattr(op, "bind_eager", None)
+        self.eager_forward = eager(args, kwargs) if eager is not None else fn
         setup: Dict[str, float] = {}
+        if getattr(op, "compile_ms", None) is not None:
+            setup["compile.time"] = op.compile_ms
         if self.options.pt2_model:
             compiled = torch.compile(fn)
             start = time.perf_counter()

@@ -110,6 +110,10 @@ class StepReplay:
             self._plan = None  # the waits are part of the compiled calls
         return self.gap_fit
 
+    def operators(self) -> List[Any]:
+        """The built operators the step's calls run (one per build)."""
+        return list(self._operators.values())
+
     # -- building ----------------------------------------------------------------------------
     def _generator(self, name: str):
         if name not in self._generators:

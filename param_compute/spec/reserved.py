@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.spec.graphs import GRAPHS_KEY, section_problems
+
 CAPTURE_KEY = "__capture__"
-RESERVED_KEYS = frozenset({CAPTURE_KEY})
+#: ``__graphs__``: a captured step's compiled graphs, replayed by ``graph::NAME`` operators
+#: (``spec.graphs``).
+RESERVED_KEYS = frozenset({CAPTURE_KEY, GRAPHS_KEY})
 CAPTURE_FIELDS = ("device", "num_threads", "source", "allocator")
 #: At most this many threads is a believable recorded setting.
 MAX_RECORDED_THREADS = 1 << 16
@@ -50,6 +54,13 @@ def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
         problems.append((("source",), "source is text", None))
     problems.extend(_allocator_problems(value.get("allocator", {})))
     return problems
+
+
+def reserved_problems(key: str, value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
+    """(path under the key, message, hint) for each problem of reserved key ``key``'s value."""
+    if key == GRAPHS_KEY:
+        return [(path[1:], message, hint) for path, message, hint in section_problems(value)]
+    return capture_problems(value)
 
 
 def _allocator_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
