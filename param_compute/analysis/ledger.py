@@ -23,6 +23,10 @@ faults and the direction of the gap:
 * ``cache``: any other gap between in-step and isolated or original (inputs written long
   before in the step, hot and alone in isolation).
 
+A compiled region's graph (``graph::NAME``) is a row like an op's, marked ``(eager)`` where
+``--eager-regions`` ran its aten ops one by one; a trace's compiled regions that no captured
+call ran are rows of their own (``compiled region kernels: ...``, original time only).
+
 Torch-free: it reads the results file's run records and its step record (the step replay's,
 ``results.file``'s typed reader hands both).
 """
@@ -213,7 +217,11 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
                      "original_ms": item["original_ms"], "in_step_ms": None,
                      "isolated_ms": None, "failed": 0, "original_faults": None,
                      "in_step_faults": None})
+    graphs = step.get("graphs") if isinstance(step.get("graphs"), dict) else {}
+    eager = graphs.get("mode") == "eager"
     for row in rows:
+        if row["op"].startswith("graph::"):  # a compiled region's graph: how it replayed
+            row["replayed"] = "eager" if eager else "compiled"
         row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
         row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
         row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
@@ -268,8 +276,38 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
                                     "dataflow_mismatches", "failed_calls", "error")
                         if key in step} or None,
         "not_captured": missing,
+        "regions": _regions(step, rows),
         "ops": rows,
     }
+
+
+def _regions(step: Dict[str, Any], rows) -> Optional[Dict[str, Any]]:
+    """The compiled regions: how their graphs replayed (the step record's ``graphs``), and
+    the original time of regions a trace left uncovered (``compiled region kernels: ...``)."""
+    graphs = step.get("graphs") if isinstance(step.get("graphs"), dict) else {}
+    uncovered = [r for r in rows if r["op"].startswith("compiled region kernels")]
+    if not graphs.get("count") and not uncovered:
+        return None
+    mode = graphs.get("mode") if graphs.get("mode") in ("eager", "compiled") else None
+    return {"graphs": _calls(graphs.get("count")), "mode": mode,
+            "not_covered_ms": sum(r["original_ms"] or 0 for r in uncovered) or None}
+
+
+def regions_note(ledger: Dict[str, Any]) -> Optional[str]:
+    """One line on the step's compiled regions: replayed eagerly or compiled, or their time a
+    trace could not capture."""
+    regions = ledger.get("regions")
+    if not regions:
+        return None
+    parts = []
+    if regions.get("graphs"):
+        parts.append(f"{regions['graphs']} compiled regions' graphs replayed "
+                     + ("eagerly, their aten ops one by one (--eager-regions)"
+                        if regions.get("mode") == "eager" else "compiled with Inductor"))
+    if regions.get("not_covered_ms"):
+        parts.append(f"{_ms(regions['not_covered_ms'])} ms of compiled region kernels not "
+                     "covered (no captured call ran them)")
+    return "; ".join(parts) or None
 
 
 #: The share of the real step outside its ops from which the ledger says why (10%).
@@ -337,6 +375,9 @@ def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
     note = outside_note(ledger)
     if note:
         lines.append(f"  ({note})")
+    regions = regions_note(ledger)
+    if regions:
+        lines.append(f"  compiled regions: {regions}")
     touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
     if any(count is not None and count >= FAULT_PAGES for count in touched):
         lines.append(f"  {'first touches a step, orig / in-step':<36} "
@@ -349,7 +390,8 @@ def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
     lines += ["", header, "-" * len(header)]
     table = range(len(lines) - 2, len(lines) + len(ledger["ops"]))  # cut, not wrapped
     for row in ledger["ops"]:
-        lines.append(f"{printable(row['op'][:op_width]):<{op_width}} {row['calls']:>6} "
+        label = row["op"] + (" (eager)" if row.get("replayed") == "eager" else "")
+        lines.append(f"{printable(label[:op_width]):<{op_width}} {row['calls']:>6} "
                      f"{_ms(row['original_ms']):>10} "
                      f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
                      f"{_x(row['in_step_over_original']):>9} "
@@ -386,15 +428,16 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
                            ("original op time captured", "original_captured_ms"),
                            ("real step outside its ops", "outside_ops_ms"))
         if key not in ("host_gaps_ms", "outside_ops_ms") or ledger.get(key) is not None)
-    note = outside_note(ledger)
-    if note:
-        totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
+    for note in (outside_note(ledger), regions_note(ledger)):
+        if note:
+            totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
     faults = has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
             "isolated / original", "isolated / in-step") \
         + (("page faults, original / in-step",) if faults else ()) + ("reason",)
     body = "".join(
-        f"<tr><td>{escape(row['op'])}</td><td class=\"num\">{row['calls']}</td>"
+        f"<tr><td>{escape(row['op'] + (' (eager)' if row.get('replayed') == 'eager' else ''))}"
+        f"</td><td class=\"num\">{row['calls']}</td>"
         + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
             _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
             _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),

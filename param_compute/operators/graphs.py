@@ -41,7 +41,7 @@ MAX_GRAPH_BYTES = 2**40
 
 _VIEWS = """
     view _unsafe_view reshape _reshape_alias permute transpose t expand expand_as squeeze
-    unsqueeze slice select split split_with_sizes unbind as_strided alias diagonal narrow
+    unsqueeze slice select split split_with_sizes unbind as_strided alias detach diagonal narrow
     unfold chunk clone contiguous view_as real imag
 """
 _MAKE = """
@@ -143,8 +143,8 @@ def _decode(value: Any, env: Dict[str, Any], device: Any) -> Any:
         from param_compute.dtypes import DTYPE_NAMES
 
         return getattr(torch, DTYPE_NAMES[text])
-    if tag == "device":
-        return device if text == "run" else torch.device(text)
+    if tag == "device":  # (on meta, every device is meta: nothing is allocated)
+        return device if text == "run" or device == _META else torch.device(text)
     if tag == "float":
         return float(text)
     return getattr(torch, text)  # layout, memory_format: names checked by spec.graphs
@@ -186,55 +186,91 @@ def _storage_extent(tensor: torch.Tensor) -> int:
     return (last + 1 + tensor.storage_offset()) * tensor.element_size()
 
 
-def meta_sizes(graph: Dict[str, Any], targets: Optional[List[Any]] = None
-               ) -> Tuple[int, int, Optional[Tuple[int, str]]]:
-    """(bytes of the inputs, the peak bytes of the nodes' new outputs alive at once, (the
-    node, why) where a node cannot run on meta tensors or brings the graph past
-    ``MAX_GRAPH_BYTES``); the graph run on the meta device, nothing allocated."""
-    targets = targets if targets is not None else _targets(graph)
-    inputs = [_input_tensor(item, _META) for item in graph["inputs"]]
-    env: Dict[str, Any] = {item["name"]: tensor for item, tensor in zip(graph["inputs"], inputs)}
-    input_bytes = sum(_storage_extent(t) for t in inputs)
-    if input_bytes > MAX_GRAPH_BYTES:
-        return input_bytes, 0, (-1, f"its inputs need {format_size(input_bytes)}, over the "
-                                f"{format_size(MAX_GRAPH_BYTES)} a graph may need")
-    last_use: Dict[str, int] = {}
-    for index, node in enumerate(graph["nodes"]):
-        for ref in _node_refs(node):
-            last_use[ref] = index
-    for value in graph["outputs"]:
-        if value is not None:
-            last_use[value["ref"]] = len(graph["nodes"])
-    alive: Dict[str, int] = {}
-    live = peak = 0
-    for index, (node, target) in enumerate(zip(graph["nodes"], targets)):
-        args = _decode(node["args"], env, _META)
-        kwargs = {k: _decode(v, env, _META) for k, v in node["kwargs"].items()}
-        if target is not python_operator.getitem:
-            why = _arity_problem(target, args, kwargs)
-            if why:
-                return input_bytes, peak, (index, why)
+def _on_meta(target: Any, args: List[Any], kwargs: Dict[str, Any]
+             ) -> Tuple[List[Any], Dict[str, Any]]:
+    """The call with each ``Device`` argument of the operator's schema set to meta, given or
+    not: a factory given no device would allocate on the CPU."""
+    args, kwargs = list(args), dict(kwargs)
+    for index, argument in enumerate(target._schema.arguments):
+        if "Device" in str(argument.type):
+            if not argument.kwarg_only and index < len(args):
+                args[index] = _META
+            else:
+                kwargs[argument.name] = _META
+    return args, kwargs
+
+
+class MetaRun:
+    """A graph (or an eager body) run on the meta device, nothing allocated: the bytes of
+    its inputs, the most bytes its nodes' new outputs hold at once, its outputs (meta
+    tensors), and (the node, why) where a node cannot run or brings it past
+    ``MAX_GRAPH_BYTES`` (-1: its inputs)."""
+
+    def __init__(self, body: Dict[str, Any]):
+        self.input_bytes = self.peak = 0
+        self.outputs: List[Any] = []
+        self.failure: Optional[Tuple[int, str]] = None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result = target(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the node's problem, named
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            return input_bytes, peak, (index, f"does not run on meta tensors (its shapes or "
-                                              f"arguments do not fit): {first}")
-        env[node["name"]] = result
-        added = 0 if target is python_operator.getitem else new_storage_bytes(
-            result, (args, kwargs))
-        alive[node["name"]] = added
-        live += added
-        peak = max(peak, live)
-        if input_bytes + peak > MAX_GRAPH_BYTES:
-            return input_bytes, peak, (index, f"its outputs bring the graph to "
-                                              f"{format_size(input_bytes + peak)}, over the "
-                                              f"{format_size(MAX_GRAPH_BYTES)} a graph may need")
-        for ref in [r for r, at in last_use.items() if at == index]:
-            live -= alive.pop(ref, 0)
-    return input_bytes, peak, None
+            targets = _targets(body)
+        except ValueError as exc:
+            self.failure = (-1, str(exc))
+            return
+        self._run(body, targets)
+
+    def _run(self, body: Dict[str, Any], targets: List[Any]) -> None:
+        inputs = [_input_tensor(item, _META) for item in body["inputs"]]
+        env: Dict[str, Any] = {item["name"]: t for item, t in zip(body["inputs"], inputs)}
+        self.input_bytes = sum(_storage_extent(t) for t in inputs)
+        if self.input_bytes > MAX_GRAPH_BYTES:
+            self.failure = (-1, f"its inputs need {format_size(self.input_bytes)}, over the "
+                                f"{format_size(MAX_GRAPH_BYTES)} a graph may need")
+            return
+        frees: Dict[int, List[str]] = {}
+        last_use: Dict[str, int] = {}
+        for index, node in enumerate(body["nodes"]):
+            for ref in _node_refs(node):
+                last_use[ref] = index
+        for value in body["outputs"]:
+            if value is not None:
+                last_use[value["ref"]] = len(body["nodes"])
+        for ref, index in last_use.items():
+            frees.setdefault(index, []).append(ref)
+        alive: Dict[str, int] = {}
+        live = 0
+        for index, (node, target) in enumerate(zip(body["nodes"], targets)):
+            args = _decode(node["args"], env, _META)
+            kwargs = {k: _decode(v, env, _META) for k, v in node["kwargs"].items()}
+            if target is not python_operator.getitem:
+                why = _arity_problem(target, args, kwargs)
+                if why:
+                    self.failure = (index, why)
+                    return
+            if target is not python_operator.getitem:  # every Device argument meta
+                args, kwargs = _on_meta(target, args, kwargs)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result = target(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the node's problem, named
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                self.failure = (index, "does not run on meta tensors (its shapes or arguments "
+                                       f"do not fit): {first}")
+                return
+            env[node["name"]] = result
+            added = 0 if target is python_operator.getitem else new_storage_bytes(
+                result, (args, kwargs))
+            alive[node["name"]] = added
+            live += added
+            self.peak = max(self.peak, live)
+            if self.input_bytes + self.peak > MAX_GRAPH_BYTES:
+                self.failure = (index, f"its outputs bring the graph to "
+                                       f"{format_size(self.input_bytes + self.peak)}, over the "
+                                       f"{format_size(MAX_GRAPH_BYTES)} a graph may need")
+                return
+            for ref in frees.get(index, ()):
+                live -= alive.pop(ref, 0)
+        self.outputs = [None if value is None else env[value["ref"]]
+                        for value in body["outputs"]]
 
 
 def _node_refs(node: Dict[str, Any]) -> List[str]:
@@ -244,24 +280,31 @@ def _node_refs(node: Dict[str, Any]) -> List[str]:
 
 
 def check_graph(name: str, graph: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[str]]]:
-    """(path below the graph, message, hint) of each problem a well-formed graph has that only
-    torch can see: an operator outside the allow-list or unknown, arguments that do not bind
-    to its schema, shapes that do not fit or need over ``MAX_GRAPH_BYTES``."""
+    """(path below the graph, message, hint) of each problem a well-formed graph (and its
+    eager bodies) has that only torch can see: an operator outside the allow-list or unknown,
+    arguments that do not bind to its schema, shapes that do not fit or need over
+    ``MAX_GRAPH_BYTES``."""
+    eager = graph.get("eager") or {}
+    bodies = [((), graph)] + [(("eager", key), eager[key]) for key in ("forward", "backward")
+                              if isinstance(eager.get(key), dict)]
     problems: List[Tuple[tuple, str, Optional[str]]] = []
-    for index, node in enumerate(graph["nodes"]):
-        if node["op"] != GETITEM:
-            _, why = node_operator(node["op"])
-            if why is not None:
-                problems.append((("nodes", index, "op"), f"{node_label(graph, index)}: {why}",
-                                 "a graph runs aten's pure tensor ops only"))
+    for where, body in bodies:
+        for index, node in enumerate(body["nodes"]):
+            if node["op"] != GETITEM:
+                _, why = node_operator(node["op"])
+                if why is not None:
+                    problems.append((where + ("nodes", index, "op"),
+                                     f"{node_label(body, index)}: {why}",
+                                     "a graph runs aten's pure tensor ops only"))
     if problems:
         return problems
-    _, _, failure = meta_sizes(graph)
-    if failure is not None:
-        index, why = failure
-        if index < 0:
-            return [(("inputs",), why, None)]
-        return [(("nodes", index), f"{node_label(graph, index)}: {why}", None)]
+    for where, body in bodies:
+        failure = MetaRun(body).failure
+        if failure is not None:
+            index, why = failure
+            if index < 0:
+                return [(where + ("inputs",), why, None)]
+            return [(where + ("nodes", index), f"{node_label(body, index)}: {why}", None)]
     return []
 
 
@@ -311,34 +354,111 @@ def compile_graph(module: torch.fx.GraphModule, graph: Dict[str, Any],
             cudagraphs=BoxedBool(bool(options.get("triton.cudagraphs"))))
 
 
+class RegionStash:
+    """What each region's eager forward saved for its backward, in a step replay with
+    ``--eager-regions``: pushed by the forward's calls, taken (last first, as autograd runs
+    backward) by the backward's. Only while a step runs (``active``): isolated, a backward
+    gets generated tensors and a forward keeps nothing."""
+
+    #: Saved sets kept per region at most (a step whose backward calls failed must not grow).
+    MAX_KEPT = 256
+
+    def __init__(self):
+        self.active = False
+        self.saved: Dict[str, List[Tuple[Any, ...]]] = {}
+
+    def push(self, region: str, tensors: Tuple[Any, ...]) -> None:
+        kept = self.saved.setdefault(region, [])
+        kept.append(tensors)
+        if len(kept) > self.MAX_KEPT:
+            del kept[0]
+
+    def take(self, region: str) -> Optional[Tuple[Any, ...]]:
+        kept = self.saved.get(region)
+        return kept.pop() if kept else None
+
+
+def _stand_in(meta: Any, device: Any) -> Any:
+    """A tensor of ``meta``'s shape and dtype that costs nothing (a broadcast zero): where
+    the eager forward does not make what the compiled one saved, its reader's shape holds."""
+    if not isinstance(meta, torch.Tensor):
+        return None
+    return torch.zeros((), dtype=meta.dtype, device=device).expand(meta.shape)
+
+
+def _filled(item: Dict[str, Any], device: Any) -> torch.Tensor:
+    """A tensor laid out as a graph input says, filled: normal values, zeros if integer."""
+    tensor = _input_tensor(item, device)
+    if tensor.is_floating_point() or tensor.is_complex():
+        return tensor.normal_()
+    return tensor.zero_()
+
+
 class GraphOperator(OperatorInterface):
-    """``graph::NAME``: one captured graph, compiled with Inductor when first bound (``eager``:
-    its aten ops run one by one). Bound to inputs it is one call returning the graph's
-    outputs as a tuple; it runs below autograd and has no backward pass of its own (the
-    backward graph is a graph of its own)."""
+    """``graph::NAME``: one captured graph, compiled with Inductor when first bound. With
+    ``eager`` (``--eager-regions``) the region runs as PyTorch runs it uncompiled: its eager
+    forward and backward bodies (``spec.graphs``: the forward's saved tensors handed to the
+    backward through ``stash``, ``partner`` the forward graph of a backward one's region),
+    or, where the capture has none, the graph's own aten ops one by one. Bound to inputs it
+    is one call returning the graph's outputs as a tuple; it runs below autograd and has no
+    backward pass of its own (the backward graph is a graph of its own)."""
 
     supports_backward = False
 
-    def __init__(self, name: str, graph: Dict[str, Any], eager: bool = False):
+    def __init__(self, name: str, graph: Dict[str, Any], eager: bool = False,
+                 partner: Optional[Dict[str, Any]] = None,
+                 stash: Optional[RegionStash] = None):
         self.name = name
         self.graph = graph
         self.eager = eager
+        self.partner = partner
+        self.stash = stash if stash is not None else RegionStash()
         self.module: Optional[torch.fx.GraphModule] = None
         self._compiled: Optional[Callable[[List[Any]], Any]] = None
+        self._eager_call: Optional[Callable[..., Any]] = None
+        self._saved: Optional[List[Any]] = None  # a backward's generated saved tensors
         #: Milliseconds the latest bind spent compiling (0 where it reused a compiled graph;
         #: None when eager): the run's ``compile.time``; and all binds' together.
         self.compile_ms: Optional[float] = None
         self.compile_total_ms = 0.0
+        #: How ``eager`` runs it: "pytorch" (its eager bodies) or "graph" (its own aten ops).
+        self.eager_form: Optional[str] = None
 
     def build(self, *args: Any, **kwargs: Any) -> None:
         if args or kwargs:
             raise TypeError(f"{self.name} takes no build arguments")
-        self.module = rebuild(self.graph, torch.device(self.device))
+        device = torch.device(self.device)
+        self.module = rebuild(self.graph, device)
+        if self.eager:
+            self._eager_call = self._eager_plan(device)
 
     def _built(self) -> torch.fx.GraphModule:
         if self.module is None:
             self.build()
         return self.module
+
+    def _eager_plan(self, device: Any) -> Callable[..., Any]:
+        """The call ``--eager-regions`` makes (see the class's doc)."""
+        eager = self.graph.get("eager") or {}
+        region = str(self.graph.get("region", self.name))
+        if self.graph["pass"] != "backward" and isinstance(eager.get("forward"), dict):
+            forward = rebuild(eager["forward"], device)
+            users = eager["user_outputs"]
+            stand_ins = tuple(_stand_in(meta, device)
+                              for meta in MetaRun(self.graph).outputs[users:])
+            self.eager_form = "pytorch"
+            return functools.partial(self._eager_forward, forward, users, stand_ins, region)
+        partner = (self.partner or {}).get("eager") or {}
+        if self.graph["pass"] == "backward" and isinstance(partner.get("backward"), dict) \
+                and isinstance(eager.get("tangents"), list):
+            body = partner["backward"]
+            tangents = tuple(eager["tangents"])
+            self._saved = [body["inputs"][i] for i in range(len(body["inputs"]) - len(tangents))]
+            self.eager_form = "pytorch"
+            return functools.partial(self._eager_backward, rebuild(body, device), tangents,
+                                     region, device)
+        self.eager_form = "graph"
+        return self._built()
 
     def _inputs(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> List[Any]:
         if kwargs or len(args) != len(self.graph["inputs"]):
@@ -361,44 +481,73 @@ class GraphOperator(OperatorInterface):
     def bind_forward(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
         inputs = self._inputs(args, kwargs)
         if self.eager:
-            return functools.partial(self._eager, *inputs)
+            self._built()
+            return functools.partial(self._eager, self._eager_call, *inputs)
         return functools.partial(self._call, self.compiled(), *inputs)
 
     def bind_eager(self, args: List[Any], kwargs: Dict[str, Any]) -> Callable[[], Any]:
         """The graph's aten ops one by one on these inputs (FLOPs are counted on it)."""
-        return functools.partial(self._eager, *self._inputs(args, kwargs))
+        return functools.partial(self._eager, self._built(), *self._inputs(args, kwargs))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.bind_forward(list(args), kwargs)()
+
+    def step_bound(self) -> None:
+        """Bound into a step replay (``runtime.step_replay``): eager forwards keep what they
+        save for their backward."""
+        self.stash.active = True
 
     @staticmethod
     def _call(compiled: Callable[[List[Any]], Any], *inputs: Any) -> Tuple[Any, ...]:
         with torch.no_grad():
             return tuple(compiled(list(inputs)))
 
-    def _eager(self, *inputs: Any) -> Tuple[Any, ...]:
+    @staticmethod
+    def _eager(run: Callable[..., Any], *inputs: Any) -> Tuple[Any, ...]:
         with torch.no_grad():
-            return self._built()(*inputs)
+            return tuple(run(*inputs))
+
+    def _eager_forward(self, forward: Callable[..., Any], users: int,
+                       stand_ins: Tuple[Any, ...], region: str, *inputs: Any) -> Tuple[Any, ...]:
+        outputs = forward(*inputs)
+        if self.stash.active:
+            self.stash.push(region, tuple(outputs[users:]))
+        return tuple(outputs[:users]) + stand_ins
+
+    def _eager_backward(self, backward: Callable[..., Any], tangents: Tuple[int, ...],
+                        region: str, device: Any, *inputs: Any) -> Tuple[Any, ...]:
+        saved = self.stash.take(region) if self.stash.active else None
+        if saved is None:  # isolated, or its forward did not run: tensors of the shapes
+            if not isinstance(self._saved, tuple):
+                self._saved = tuple(_filled(item, device) for item in self._saved or ())
+            saved = self._saved
+        return backward(*saved, *(inputs[i] for i in tangents))
 
     def estimate_build_bytes(self, *args: Any, **kwargs: Any) -> int:
         """The memory guard's hook: the most bytes the graph's intermediate tensors hold at
         once, from a run on meta tensors (its inputs are the config's, counted apart)."""
-        return meta_sizes(self.graph)[1]
+        return MetaRun(self.graph).peak
 
     def cleanup(self) -> None:
         super().cleanup()
-        self._compiled = None
+        self._compiled = self._eager_call = None
         self.module = None
 
 
 def graph_factory(factory: Callable[[str], Callable[[], Any]], graphs: Dict[str, Any],
                   eager: bool = False) -> Callable[[str], Callable[[], Any]]:
     """An operator factory (``ExecutionContext.operator_factory``) that binds ``graph::NAME``
-    to the spec's graph NAME (``eager``: ``--eager-regions``) and asks ``factory`` for any
+    to the spec's graph NAME (``eager``: ``--eager-regions``; a backward graph's partner is
+    the forward graph of its region, the stash one for the spec) and asks ``factory`` for any
     other name."""
+    stash = RegionStash()
+    forwards = {graph.get("region"): graph for graph in graphs.values()
+                if isinstance(graph, dict) and graph.get("pass") == "forward"}
+
     def make(name: str) -> Callable[[], Any]:
         graph = graphs.get(graph_name(name) or "")
         if graph is None:
             return factory(name)
-        return functools.partial(GraphOperator, name, graph, eager)
+        partner = forwards.get(graph.get("region")) if graph.get("pass") == "backward" else None
+        return functools.partial(GraphOperator, name, graph, eager, partner, stash)
     return make

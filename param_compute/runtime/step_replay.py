@@ -96,6 +96,10 @@ class StepReplay:
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
         self._build(runs)
+        for op in self._operators.values():  # (a captured graph's eager regions, stashed)
+            bound = getattr(op, "step_bound", None)
+            if bound is not None:
+                bound()
         mode = options.host_gaps  # wanted: the step file has them and the mode asks
         self.wants_gaps = self.step.get("real_host_us") is not None and (mode == "on" or (
             mode == "auto" and getattr(self.clock, "name", "") != "host"

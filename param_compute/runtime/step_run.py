@@ -289,11 +289,16 @@ def graph_details(replay) -> Optional[Dict[str, Any]]:
         return None
     eager = bool(getattr(replay.options, "eager_regions", False))
     calls = sum(1 for call in replay.calls if call.run_key.startswith("graph::"))
-    return {"count": len(compiled), "calls": calls,
-            "mode": "eager" if eager else "compiled",
-            "how": "each graph's aten ops one by one (--eager-regions)" if eager
-            else "each graph compiled with Inductor before the step was timed",
-            "compile_ms": {} if eager else compiled}
+    out = {"count": len(compiled), "calls": calls, "mode": "eager" if eager else "compiled",
+           "how": "each region as PyTorch runs it uncompiled (--eager-regions): its eager "
+                  "forward and backward ops, or where the capture has none the graph's own "
+                  "aten ops one by one" if eager
+           else "each graph compiled with Inductor before the step was timed",
+           "compile_ms": {} if eager else compiled}
+    if eager:
+        out["eager_as"] = {op.name: op.eager_form for op in replay.operators()
+                           if hasattr(op, "eager_form")}
+    return out
 
 
 def _say_long_waits(fit: Dict[str, Any], protocol: Protocol) -> None:

@@ -19,7 +19,8 @@ Format (``version`` 1)::
                           "args": [{"ref": "primals_2"}, {"ref": "primals_3"}, ...],
                           "kwargs": {}}, ...],
                "outputs": [{"ref": "addmm"}, null, ...],
-               "compile": {"static_inputs": [0, 1], "options": {"max_autotune": false}}}}
+               "compile": {"static_inputs": [0, 1], "options": {"max_autotune": false}},
+               "eager": {"forward": BODY, "backward": BODY, "user_outputs": 1}}}
 
 An argument is JSON (null, a boolean, an integer, a finite number, text, a list of arguments)
 or an object of one key: ``{"ref": NAME}`` (an input or an earlier node), ``{"dtype":
@@ -28,6 +29,13 @@ or an object of one key: ``{"ref": NAME}`` (an input or an earlier node), ``{"dt
 "inf"}`` (``-inf``, ``nan``). ``getitem`` takes a node and an index (an item of a node that
 returns several tensors). ``compile.options`` may set only the Inductor options named in
 ``COMPILE_OPTIONS``, each to a boolean.
+
+``eager`` (optional) says how the region runs without compiling (``--eager-regions``): a
+forward graph holds the region's eager forward and backward ``BODY`` (``{inputs, nodes,
+outputs}``, as above: the aten ops PyTorch runs for it eagerly, its tensors saved as eager
+autograd saves them) and ``user_outputs``, how many leading outputs of both forwards are the
+region's own (the rest are saved for its backward); a backward graph names its ``tangents``
+(the input positions of the gradients it is given).
 
 This module checks the form: names, sizes, argument encodings, and that every reference is
 defined before it is used (so a graph has no cycle). Which operators a graph may run, their
@@ -59,7 +67,7 @@ MAX_NAME = 128
 COMPILE_OPTIONS = ("max_autotune", "max_autotune_pointwise", "max_autotune_gemm",
                    "coordinate_descent_tuning", "epilogue_fusion", "triton.cudagraphs",
                    "cpp_wrapper")
-GRAPH_KEYS = ("version", "region", "pass", "inputs", "nodes", "outputs", "compile")
+GRAPH_KEYS = ("version", "region", "pass", "inputs", "nodes", "outputs", "compile", "eager")
 #: One-key objects an argument may be.
 TAGS = ("ref", "dtype", "device", "layout", "memory_format", "float")
 GETITEM = "getitem"
@@ -186,14 +194,23 @@ def graph_problems(name: Any, graph: Any) -> List[GraphProblem]:
     if "region" in graph and not (isinstance(graph["region"], str)
                                   and len(graph["region"]) <= MAX_NAME):
         out.append((where + ("region",), "region is text", None))
-    out += _input_problems(graph.get("inputs"), where + ("inputs",))
     out += _compile_problems(graph.get("compile"), where + ("compile",),
                              len(graph.get("inputs") or []))
-    nodes = graph.get("nodes")
+    out += body_problems(graph, where)
+    if graph.get("eager") is not None and not out:
+        out += _eager_problems(graph, where + ("eager",))
+    return out
+
+
+def body_problems(body: Dict[str, Any], where: tuple) -> List[GraphProblem]:
+    """The problems of a graph's body: its inputs, its nodes (every reference defined before
+    it is used), its outputs."""
+    out = _input_problems(body.get("inputs"), where + ("inputs",))
+    nodes = body.get("nodes")
     if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
         return out + [(where + ("nodes",), f"nodes is a list of at most {MAX_NODES} nodes",
                        None)]
-    defined = {item.get("name"): -1 for item in graph.get("inputs") or []
+    defined = {item.get("name"): -1 for item in body.get("inputs") or []
                if isinstance(item, dict) and is_name(item.get("name"))}
     later = {node.get("name"): index for index, node in enumerate(nodes)
              if isinstance(node, dict) and isinstance(node.get("name"), str)}
@@ -201,7 +218,7 @@ def graph_problems(name: Any, graph: Any) -> List[GraphProblem]:
         out += _node_problems(node, index, where + ("nodes", index), defined, later)
         if len(out) > 50:
             return out
-    outputs = graph.get("outputs")
+    outputs = body.get("outputs")
     if not isinstance(outputs, list) or len(outputs) > MAX_INPUTS:
         out.append((where + ("outputs",), "outputs is a list of references or nulls", None))
     else:
@@ -213,6 +230,50 @@ def graph_problems(name: Any, graph: Any) -> List[GraphProblem]:
                 out.append((where + ("outputs", index), f"output {index} refers to "
                             f"{printable(value['ref'], 60)}, which no input or node defines",
                             None))
+    return out
+
+
+def _count(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def _eager_problems(graph: Dict[str, Any], where: tuple) -> List[GraphProblem]:
+    """``eager``: how ``--eager-regions`` runs the region as PyTorch runs it without
+    compiling. A forward (or inference) graph holds the eager ``forward`` and ``backward``
+    bodies (as AOT autograd traced the region without Inductor's decompositions, partitioned
+    as eager autograd saves its tensors) and ``user_outputs``, how many of its outputs (and
+    of the eager forward's) are the region's own, the rest saved for the backward pass; a
+    backward graph names its ``tangents`` (input positions: the gradients it is given)."""
+    value = graph["eager"]
+    allowed = ("tangents",) if graph.get("pass") == "backward" else \
+        ("forward", "backward", "user_outputs")
+    if not isinstance(value, dict) or set(value) - set(allowed):
+        return [(where, f"eager is an object of {', '.join(allowed)}", None)]
+    if graph.get("pass") == "backward":
+        tangents = value.get("tangents")
+        inputs = len(graph["inputs"])
+        if not isinstance(tangents, list) or not all(_count(i, inputs - 1) for i in tangents):
+            return [(where + ("tangents",), "tangents lists input positions", None)]
+        return []
+    out: List[GraphProblem] = []
+    for key in ("forward", "backward"):
+        body = value.get(key)
+        if body is None and key == "backward":
+            continue
+        if not isinstance(body, dict) or set(body) - {"inputs", "nodes", "outputs"}:
+            out.append((where + (key,), f"eager.{key} is {{inputs, nodes, outputs}}", None))
+            continue
+        out += body_problems(body, where + (key,))
+    if out:
+        return out
+    forward = value["forward"]
+    if len(forward["inputs"]) != len(graph["inputs"]):
+        out.append((where + ("forward", "inputs"), f"the eager forward takes "
+                    f"{len(forward['inputs'])} inputs, the graph {len(graph['inputs'])}", None))
+    users = value.get("user_outputs")
+    if not _count(users, min(len(forward["outputs"]), len(graph["outputs"]))):
+        out.append((where + ("user_outputs",), "user_outputs counts outputs of both forwards",
+                    None))
     return out
 
 

@@ -70,6 +70,8 @@ class RegionGraph:
         self.pass_name = pass_name
         self.graph = graph
         self.reason = reason
+        #: Why ``--eager-regions`` runs this forward's own aten ops, not its eager bodies.
+        self.eager_reason: Optional[str] = None
 
     @property
     def op(self) -> str:
@@ -81,6 +83,9 @@ class RegionGraph:
                "nodes": len(self.graph["nodes"]) if self.graph else None}
         if self.reason:
             out["reason"] = self.reason
+        if self.graph is not None and self.pass_name != "backward":
+            out["eager"] = ("as PyTorch runs it uncompiled" if self.graph.get("eager")
+                            else f"its own aten ops ({self.eager_reason or 'no eager trace'})")
         return out
 
 
@@ -99,6 +104,16 @@ def run_alone(run: Callable[[List[Any]], Any], inputs: List[Any]) -> Any:
                             | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot))
     with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEYS[0]):
         return run(inputs)
+
+
+def _compile_id() -> str:
+    """The region being compiled: dynamo's compile id (``0/0``: frame 0, its first compile)."""
+    try:
+        from torch._guards import CompileContext
+
+        return str(CompileContext.current_compile_id() or "?")
+    except Exception:  # noqa: BLE001 - a name only
+        return "?"
 
 
 class RegionCall:
@@ -163,18 +178,21 @@ def _op_name(target: Any) -> str:
                        "not an operator", kind="compiled")
 
 
-def graph_json(gm: Any, pass_name: str, region: str,
-               settings: Dict[str, Any]) -> Dict[str, Any]:
-    """The graph Inductor is about to compile, as data (``spec.graphs``); ``Unreplayable``
-    saying why it cannot be."""
+def graph_body(gm: Any, example_inputs: List[Any]) -> Dict[str, Any]:
+    """An fx graph of aten ops as data (``spec.graphs``: ``{inputs, nodes, outputs}``);
+    ``Unreplayable`` saying why it cannot be. Its inputs are laid out as ``example_inputs``
+    (what Inductor compiles for: a backward graph's saved activations restrided to the
+    strides its forward gave them, where the placeholders still say the eager ones)."""
     import torch
 
     from param_compute.operators.graphs import node_operator
 
     inputs, nodes, outputs, device = [], [], None, None
+    examples = list(example_inputs)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            value = node.meta.get("val")
+            index = len(inputs)
+            value = examples[index] if index < len(examples) else node.meta.get("val")
             if not isinstance(value, torch.Tensor):
                 raise Unreplayable(f"input {node.name} is a {type(value).__name__}, not a "
                                    "tensor (a symbolic size: dynamic shapes)", kind="compiled")
@@ -204,8 +222,51 @@ def graph_json(gm: Any, pass_name: str, region: str,
         else:
             raise Unreplayable(f"a {node.op} node ({node.name}: a constant or a submodule "
                                "inside the graph)", kind="compiled")
-    return {"version": VERSION, "region": region, "pass": pass_name, "inputs": inputs,
-            "nodes": nodes, "outputs": outputs or [], "compile": settings}
+    return {"inputs": inputs, "nodes": nodes, "outputs": outputs or []}
+
+
+def graph_json(gm: Any, example_inputs: List[Any], pass_name: str, region: str,
+               settings: Dict[str, Any]) -> Dict[str, Any]:
+    """The graph Inductor is about to compile, as data (``spec.graphs``): its body
+    (``graph_body``), the region it came from, its pass and compile settings."""
+    return {"version": VERSION, "region": region, "pass": pass_name,
+            **graph_body(gm, example_inputs), "compile": settings}
+
+
+def _tangents(graph: Dict[str, Any]) -> List[int]:
+    """The input positions of a backward graph's tangents (AOT autograd names them)."""
+    return [i for i, item in enumerate(graph["inputs"]) if item["name"].startswith("tangents")]
+
+
+def eager_bodies(model: Any, example_inputs: List[Any]) -> Dict[str, Any]:
+    """The region as PyTorch runs it uncompiled: dynamo's graph traced by AOT autograd with
+    no decompositions (the aten ops eager dispatch reaches, backward formulas from autograd's
+    own) and partitioned as eager autograd saves tensors (``default_partition``), backward
+    lowered at once: ``{forward, backward, user_outputs}`` (``spec.graphs``); raises where it
+    cannot be."""
+    import torch._functorch.config as functorch_config
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import default_partition
+
+    bodies: Dict[str, Any] = {}
+
+    def keep(kind: str):
+        def compiler(gm, inputs):
+            bodies[kind] = graph_body(gm, inputs)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    with functorch_config.patch(force_non_lazy_backward_lowering=True,
+                                enable_autograd_cache=False):
+        aot_module_simplified(model, list(example_inputs), fw_compiler=keep("forward"),
+                              bw_compiler=keep("backward"), partition_fn=default_partition,
+                              decompositions={}, keep_inference_input_mutations=True)
+    forward = bodies["forward"]
+    backward = bodies.get("backward")
+    saved = len(backward["inputs"]) - len(_tangents(backward)) if backward else 0
+    return {"forward": forward, **({"backward": backward} if backward else {}),
+            "user_outputs": len(forward["outputs"]) - saved}
 
 
 def _inductor_options() -> Dict[str, bool]:
@@ -224,7 +285,12 @@ def _inductor_options() -> Dict[str, bool]:
 
 class RegionRecorder:
     """Records every graph Inductor compiles while active (see the module's doc); ``graphs``
-    in compile order, ``graph_breaks()`` and ``other_backend_graphs()`` for the report."""
+    in compile order, ``graph_breaks()`` and ``other_backend_graphs()`` for the report.
+
+    Besides Inductor's graph entry it wraps Inductor's backend (``compile_fx``, called once
+    per region with dynamo's graph) to trace the region as PyTorch runs it uncompiled
+    (``eager_bodies``), kept in its forward graph's ``eager`` for ``--eager-regions``. Where
+    dynamo is not loaded yet, ``torch.compile`` is wrapped until it is first called."""
 
     def __init__(self):
         self.graphs: List[RegionGraph] = []
@@ -233,27 +299,48 @@ class RegionRecorder:
         self._saved: Dict[str, Any] = {}
         self._breaks: Counter = Counter()
         self._unique_graphs = 0
+        self._eager: Dict[str, Any] = {}  # region -> its eager bodies, or why there are none
+        self._forwards: Dict[str, RegionGraph] = {}
+        self._in_backend = False
 
     def __enter__(self) -> "RegionRecorder":
         _RECORDERS.append(self)
-        if len(_RECORDERS) > 1 or "torch._dynamo" not in sys.modules:
-            return self  # the outer recorder watches; or no step here was ever compiled
+        if len(_RECORDERS) > 1:
+            return self  # the outer recorder watches
+        if "torch._dynamo" not in sys.modules:  # nothing compiled yet: at the first compile
+            import torch
+
+            original = torch.compile
+
+            def compile_first(*args, **kwargs):
+                torch.compile = original
+                if self in _RECORDERS and not self.installed:
+                    self._install()
+                return original(*args, **kwargs)
+            self._saved["compile"] = (torch, original)
+            torch.compile = compile_first
+            return self
+        self._install()
+        return self
+
+    def _install(self) -> None:
         import torch._dynamo
         import torch._functorch.config as functorch_config
         import torch._inductor.compile_fx as compile_fx
 
-        self._saved = {"inner": compile_fx._compile_fx_inner,
-                       "cache": functorch_config.enable_autograd_cache}
+        self._saved.update({"inner": compile_fx._compile_fx_inner,
+                            "backend": compile_fx.compile_fx,
+                            "cache": functorch_config.enable_autograd_cache})
         functorch_config.enable_autograd_cache = False
         torch._dynamo.reset()  # compiled before: compiled again, through the recorder
         counters = torch._dynamo.utils.counters
         self._breaks = Counter(counters["graph_break"])
         self._unique_graphs = counters["stats"]["unique_graphs"]
-        original = self._saved["inner"]
+        inner_original, backend_original = self._saved["inner"], self._saved["backend"]
 
         def inner(gm, example_inputs, compile_region_name=None, **kwargs):
-            record = self._record(gm, kwargs)
-            compiled = original(gm, example_inputs, compile_region_name, **kwargs)
+            record = self._record(gm, example_inputs, kwargs)
+            compiled = inner_original(gm, example_inputs, compile_region_name, **kwargs)
             run = getattr(compiled, "current_callable", None)
             if run is None:
                 record.graph, record.reason = None, "Inductor returned no callable to watch"
@@ -261,13 +348,25 @@ class RegionRecorder:
                 compiled.current_callable = RegionCall(record, run)
             return compiled
 
+        def backend(model, example_inputs, *args, **kwargs):
+            if not self._in_backend:  # (compile_fx calls itself with its options applied)
+                self._eager_of(model, example_inputs)
+            self._in_backend, outer = True, self._in_backend
+            try:
+                return backend_original(model, example_inputs, *args, **kwargs)
+            finally:
+                self._in_backend = outer
+
         compile_fx._compile_fx_inner = inner
+        compile_fx.compile_fx = backend
         self.installed = True
-        return self
 
     def __exit__(self, *exc) -> None:
         if self in _RECORDERS:
             _RECORDERS.remove(self)
+        if "compile" in self._saved:
+            module, original = self._saved.pop("compile")
+            module.compile = original
         if not self.installed:
             return
         import torch._dynamo
@@ -275,6 +374,7 @@ class RegionRecorder:
         import torch._inductor.compile_fx as compile_fx
 
         compile_fx._compile_fx_inner = self._saved["inner"]
+        compile_fx.compile_fx = self._saved["backend"]
         functorch_config.enable_autograd_cache = self._saved["cache"]
         counters = torch._dynamo.utils.counters
         self._breaks = Counter({reason: count - self._breaks.get(reason, 0)
@@ -283,14 +383,22 @@ class RegionRecorder:
         self._unique_graphs = counters["stats"]["unique_graphs"] - self._unique_graphs
         self.installed = False
 
-    def _record(self, gm: Any, kwargs: Dict[str, Any]) -> RegionGraph:
-        """The graph as data, before Inductor's own passes change it (never raises)."""
+    def _eager_of(self, model: Any, example_inputs: Any) -> None:
+        """The region being compiled, traced as PyTorch runs it uncompiled (never raises:
+        where it cannot be, ``--eager-regions`` runs the graph's own aten ops)."""
+        region = _compile_id()
         try:
-            from torch._guards import CompileContext
+            self._eager[region] = eager_bodies(model, example_inputs)
+        except Unreplayable as exc:
+            self._eager[region] = f"not traced as PyTorch runs it: {exc}"
+        except Exception as exc:  # noqa: BLE001 - recording never fails the user's compile
+            self._eager[region] = (f"not traced as PyTorch runs it: {type(exc).__name__}: "
+                                   f"{printable(exc, 200)}")
 
-            region = str(CompileContext.current_compile_id() or "?")
-        except Exception:  # noqa: BLE001 - a name only
-            region = "?"
+    def _record(self, gm: Any, example_inputs: Any, kwargs: Dict[str, Any]) -> RegionGraph:
+        """The graph as data, before Inductor's own passes change it (never raises); a
+        forward graph gets its region's eager bodies, a backward one its tangents."""
+        region = _compile_id()
         pass_name = "backward" if kwargs.get("is_backward") else \
             "inference" if kwargs.get("is_inference") else "forward"
         stem = "r" + re.sub(r"[^A-Za-z0-9]+", "_", region).strip("_") + "_" + pass_name[:3]
@@ -300,14 +408,43 @@ class RegionRecorder:
                                             or ()), "options": {}}
         try:
             settings["options"] = _inductor_options()
-            graph, reason = graph_json(gm, pass_name, region, settings), None
+            graph, reason = graph_json(gm, example_inputs, pass_name, region, settings), None
         except Unreplayable as exc:
             graph, reason = None, str(exc)
         except Exception as exc:  # noqa: BLE001 - recording never fails the user's compile
             graph, reason = None, f"could not be recorded: {type(exc).__name__}: {exc}"
         record = RegionGraph(name, region, pass_name, graph, reason)
+        if graph is not None:
+            self._pair(record)
         self.graphs.append(record)
         return record
+
+    def _pair(self, record: RegionGraph) -> None:
+        """A forward graph takes its region's eager bodies; a backward graph names its
+        tangents, and its forward keeps them only where both partitions agree on the
+        region's own outputs (the rest of each forward's are saved for its backward)."""
+        graph = record.graph
+        if record.pass_name != "backward":
+            eager = self._eager.get(record.region)
+            if isinstance(eager, dict) and len(eager["forward"]["inputs"]) == len(
+                    graph["inputs"]):
+                graph["eager"] = eager
+                self._forwards[record.region] = record
+            elif eager is not None:
+                record.eager_reason = eager if isinstance(eager, str) else \
+                    "its eager forward takes other inputs"
+            return
+        tangents = _tangents(graph)
+        graph["eager"] = {"tangents": tangents}
+        forward = self._forwards.get(record.region)
+        if forward is not None and forward.graph.get("eager") is not None:
+            users = len(forward.graph["outputs"]) - (len(graph["inputs"]) - len(tangents))
+            eager = forward.graph["eager"]
+            if users != eager["user_outputs"] or "backward" not in eager \
+                    or len(_tangents(eager["backward"])) != len(tangents):
+                del forward.graph["eager"]
+                forward.eager_reason = ("its eager and compiled partitions disagree on the "
+                                        "region's own outputs")
 
     def graph_breaks(self) -> List[Dict[str, Any]]:
         """Dynamo's graph breaks while active: each reason (printable) with its count."""

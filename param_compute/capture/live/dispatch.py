@@ -138,7 +138,10 @@ class LiveCapture(TorchDispatchMode):
                 return compiled_regions.run_alone(run, inputs)
             finally:
                 self._inside -= 1
-        return self._call(config, slots, inside, original, faults, gap, several=True)
+        # An output that is one of the inputs (a compiled forward returns a parameter it
+        # saves for the backward) makes nothing: its readers keep the input's own producer.
+        return self._call(config, slots, inside, original, faults, gap, several=True,
+                          same={slot[2] for slot in slots})
 
     def _record_region(self, record, values: List[Any], original):
         """A region's call as a config of its graph (None: not captured, kept as a skip)."""
@@ -156,9 +159,11 @@ class LiveCapture(TorchDispatchMode):
                 return self.workload.add_graph(record, specs, original)
         return None
 
-    def _call(self, config, inputs, call, original, faults, gap, several: bool = False):
+    def _call(self, config, inputs, call, original, faults, gap, several: bool = False,
+              same=frozenset()):
         """Run one call and record it in the step: its config (None: not captured), its
-        tensor inputs and outputs, its original time, faults and host gap."""
+        tensor inputs and outputs (but those laid out as an input of ``same``: the input
+        itself, returned), its original time, faults and host gap."""
         gap_us = None
         if gap is not None:
             if config is None:  # its host time is the next captured call's gap
@@ -171,6 +176,8 @@ class LiveCapture(TorchDispatchMode):
                 out, list) else (out,))
         except Exception:
             outputs = []
+        if same:
+            outputs = [slot for slot in outputs if slot[2] not in same]
         self.workload.step.call(config, inputs, outputs,
                                 original[0] if original is not None else None, faults, gap_us)
         if config is not None:
