@@ -255,13 +255,14 @@ class RunOptions:
              "launches then come at the original host's pace. auto (default): on a device, "
              "for an unprofiled host time; off on the host, where that time is the "
              "framework's own work and not the ops' (the ledger shows it)")
-    #: Replay the captured graphs of compiled regions (``graph::NAME``) by running their aten
-    #: ops one by one instead of compiling them with Inductor (``operators.graphs``).
+    #: Replay the captured graphs of compiled regions (``graph::NAME``) as PyTorch runs them
+    #: uncompiled, their aten ops one by one, instead of compiled with Inductor
+    #: (``operators.graphs``).
     eager_regions: bool = flag(
         "--eager-regions", default=False, action="store_true",
-        help="run each captured graph of a torch.compile region (graph::NAME, isolated and in "
-             "the step) as its aten ops one by one instead of compiled with Inductor: "
-             "against a run without it, what compilation buys on this machine")
+        help="run each captured torch.compile region (graph::NAME, isolated and in the "
+             "step) as PyTorch runs it uncompiled, its aten ops one by one, instead of "
+             "compiled with Inductor: beside a run without it, what compilation buys here")
 
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
