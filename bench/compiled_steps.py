@@ -78,22 +78,23 @@ def build(name: str, quick: bool, compiled: bool) -> Callable[[], None]:
                 x = x + torch.tanh(h) * torch.sigmoid(h) * 0.5
             return self.head(x)
 
-    class Block(nn.Module):
+    class Block(nn.Module):  # pre-norm attention (SDPA, causal) and a GELU MLP
         def __init__(self, d: int, heads: int):
             super().__init__()
             self.heads = heads
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.attention = nn.ModuleList([nn.LayerNorm(d), nn.Linear(d, 3 * d),
+                                            nn.Linear(d, d)])
+            self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(),
+                                     nn.Linear(4 * d, d))
 
         def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-            q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-                       for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+            norm, qkv, proj = self.attention
+            shape = x.shape
+            heads = [z.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+                     for z in qkv(norm(x)).chunk(3, dim=-1)]
+            y = F.scaled_dot_product_attention(*heads, is_causal=True)
+            x = x + proj(y.transpose(1, 2).reshape(shape))
+            return x + self.mlp(x)
 
     class GPT(nn.Module):
         def __init__(self, vocab: int, d: int, layers: int, seq: int):

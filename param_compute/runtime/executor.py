@@ -338,8 +338,9 @@ class Executor:
         from param_compute.runtime.verify import verify
 
         graph_output = (lambda: self.device.graph_output) if self.options.cuda_graph else None
-        verdict = verify(fn, op.bind_forward, args, kwargs, self.options.verify,
-                         self.options.backward, graph_output)
+        # (a captured graph's eager reference is its aten ops one by one: ``bind_eager``)
+        verdict = verify(fn, getattr(op, "bind_eager", op.bind_forward), args, kwargs,
+                         self.options.verify, self.options.backward, graph_output)
         op.drop_outputs()
         return verdict
 

@@ -116,6 +116,16 @@ def _compile_id() -> str:
         return "?"
 
 
+def run_inside(listener: Any, run: Callable[[List[Any]], Any], inputs: List[Any]) -> Any:
+    """A region's compiled code run alone (``run_alone``) for ``listener``, whose dispatch
+    mode then lets any call it still sees through as the region's own (``_inside``)."""
+    listener._inside += 1
+    try:
+        return run_alone(run, inputs)
+    finally:
+        listener._inside -= 1
+
+
 class RegionCall:
     """Inductor's compiled callable for one graph, watched: a listener (``listen``) gets each
     call as one (``region_call``); without one, the call goes straight through."""

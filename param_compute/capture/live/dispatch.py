@@ -16,6 +16,7 @@ A ``torch.compile``d region is one call of its compiled graph (``graph::NAME``, 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -131,13 +132,7 @@ class LiveCapture(TorchDispatchMode):
             slots = tensor_slots(values)
         except Exception:
             slots = []
-
-        def inside():
-            self._inside += 1
-            try:
-                return compiled_regions.run_alone(run, inputs)
-            finally:
-                self._inside -= 1
+        inside = functools.partial(compiled_regions.run_inside, self, run, inputs)
         # An output that is one of the inputs (a compiled forward returns a parameter it
         # saves for the backward) makes nothing: its readers keep the input's own producer.
         return self._call(config, slots, inside, original, faults, gap, several=True,

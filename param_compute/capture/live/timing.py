@@ -125,13 +125,7 @@ class CallTimer(TorchDispatchMode):
     def region_call(self, record, inputs, run):
         """A compiled region (``capture.live.compiled.RegionCall``): one call, named by its
         graph (``graph::NAME``), timed whole; the calls inside it are its own."""
-        def inside():
-            self._inside += 1
-            try:
-                return compiled_regions.run_alone(run, inputs)
-            finally:
-                self._inside -= 1
-        return self._timed(record.op, inside, (), {})
+        return self._timed(record.op, compiled_regions.run_inside, (self, run, inputs), {})
 
     def _timed(self, name, call, args, kwargs):
         """``call(*args, **kwargs)`` timed (or its page faults counted) as the call
