@@ -89,8 +89,9 @@ def _live_region_lines(regions: Dict[str, Any]) -> List[str]:
                           if r["captured_calls"])[:300]
         lines.append(f"  compiled regions: {regions['count']} graphs ran "
                      f"({regions['calls']} calls, {regions['time_us']['cpu'] / 1e3:.3f} ms "
-                     f"original), {regions['captured_as_graphs']} captured as graphs, "
-                     f"replayed compiled by Inductor (--eager-regions: eagerly): {names}")
+                     f"original), {regions['captured_as_graphs']} captured as graphs"
+                     + (f", replayed compiled by Inductor (--eager-regions: as PyTorch runs "
+                        f"them uncompiled): {names}" if names else ""))
     for row in regions["graphs"]:
         if row["calls"] and not row["captured_calls"]:
             lines.append(f"  not captured as a graph: {row['graph']} ({row['pass']} of region "

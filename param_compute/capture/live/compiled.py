@@ -459,8 +459,8 @@ class RegionRecorder:
     def graph_breaks(self) -> List[Dict[str, Any]]:
         """Dynamo's graph breaks while active: each reason (printable) with its count."""
         breaks = self._breaks if not self.installed else Counter()
-        return [{"reason": printable(reason, 300), "count": count}
-                for reason, count in breaks.most_common(20)]
+        return [{"reason": printable((str(reason).strip().splitlines() or ["?"])[0], 300),
+                 "count": count} for reason, count in breaks.most_common(20)]
 
     def other_backend_graphs(self) -> int:
         """Graphs dynamo compiled while active that no Inductor compile recorded (another
