@@ -245,7 +245,13 @@ TRAIN = textwrap.dedent("""
     import torch, torch.nn as nn, torch.nn.functional as F
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
-    compiled = torch.compile(model)
+
+    def forward(x):
+        h = model[1](model[0](x))
+        torch._dynamo.graph_break()  # two regions: 0/0 before the break, 1/0 after it
+        return model[2](h)
+
+    compiled = torch.compile(forward)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
 
@@ -277,19 +283,24 @@ def compiled_capture(tmp_path_factory):
 def test_every_compiled_region_is_captured_as_a_graph(compiled_capture):
     folder, captured, _ = compiled_capture
     assert captured.returncode == 0, captured.stderr
-    assert "compiled regions: 2 graphs ran" in captured.stdout
-    assert "2 captured as graphs" in captured.stdout
+    assert "compiled regions: 4 graphs ran" in captured.stdout
+    assert "4 captured as graphs" in captured.stdout
     spec = json.loads((folder / "c.json").read_text())
     graphs = spec["__graphs__"]
-    assert sorted(g["pass"] for g in graphs.values()) == ["backward", "forward"]
-    forward = next(g for g in graphs.values() if g["pass"] == "forward")
-    assert {"aten::addmm.default", "aten::tanh.default"} <= {n["op"] for n in forward["nodes"]}
-    assert forward["eager"]["user_outputs"] == 1  # the logits; the rest saved for backward
+    assert sorted((g["region"], g["pass"]) for g in graphs.values()) == [
+        ("0/0", "backward"), ("0/0", "forward"), ("1/0", "backward"), ("1/0", "forward")]
+    first = next(g for g in graphs.values() if g["pass"] == "forward" and g["region"] == "0/0")
+    assert {"aten::addmm.default", "aten::tanh.default"} <= {n["op"] for n in first["nodes"]}
+    assert first["eager"]["user_outputs"] == 1  # tanh's output; the rest saved for backward
     calls = [c["run"].split("|")[0] for c in read_step_file(folder / "c.step.json")["calls"]]
-    assert sum(c.startswith("graph::") for c in calls) == 2
+    assert sum(c.startswith("graph::") for c in calls) == 4
     assert "aten::tanh" not in calls  # inside the region: the graph's, not an eager call
     report = json.loads((folder / "c.capture.json").read_text())["compiled_regions"]
-    assert report["count"] == report["captured_as_graphs"] == 2
+    assert report["count"] == report["captured_as_graphs"] == 4
+    # the graph break is listed with dynamo's reason
+    assert report["graph_breaks"] and all(b["reason"] and b["count"] >= 1
+                                          for b in report["graph_breaks"])
+    assert "graph break" in captured.stdout
 
 
 def test_the_compiled_step_replays_with_its_graphs_compiled_or_eager(compiled_capture):
@@ -301,7 +312,7 @@ def test_the_compiled_step_replays_with_its_graphs_compiled_or_eager(compiled_ca
         assert step["step"]["dataflow_mismatches"] == 0
         assert step["step"]["graphs"]["mode"] == mode
         graphs = [r for r in records if str(r.get("op_name")).startswith("graph::")]
-        assert len(graphs) == 2 and all(r["status"] == "ok" for r in graphs)
+        assert len(graphs) == 4 and all(r["status"] == "ok" for r in graphs)
         if mode == "compiled":
             assert all(r["metric"]["forward"]["compile.time"][0] > 0 for r in graphs)
             assert all(r["throughput"]["forward"]["flops"] > 0 for r in graphs)
@@ -320,3 +331,24 @@ def test_a_graph_replays_what_it_computes():
         out, passed_through = op.bind_forward([x, w, b], {})()
         assert torch.allclose(out, torch.relu(x @ w + b), atol=1e-5)
         assert passed_through is x or torch.equal(passed_through, x)
+
+
+def test_graph_records_go_to_compare_report_and_history(compiled_capture, tmp_path):
+    folder, _, _ = compiled_capture
+    compiled, eager = folder / "compiled.json", folder / "eager.json"
+    table = tmp_path / "c.csv"
+    compared = run_cli(compiled, eager, "--csv", table, module="param_compute.compare")
+    assert compared.returncode == 0, compared.stderr
+    text = table.read_text()
+    assert "graph::r0_0_for" in text and "graph::r0_0_bac" in text
+    page = tmp_path / "r.html"
+    reported = run_cli(compiled, "-o", page, module="param_compute.report")
+    assert reported.returncode == 0, reported.stderr
+    assert "graph::r0_0_for" in page.read_text()
+    db = tmp_path / "h.db"
+    for path in (compiled, eager):
+        added = run_cli("add", path, "--label", path.stem, "--db", db,
+                        module="param_compute.cli.history")
+        assert added.returncode == 0, added.stderr
+    shown = run_cli("show", "--db", db, module="param_compute.cli.history")
+    assert shown.returncode == 0 and "graph::r0_0_for" in shown.stdout, shown.stdout

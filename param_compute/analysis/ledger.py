@@ -289,7 +289,9 @@ def _regions(step: Dict[str, Any], rows) -> Optional[Dict[str, Any]]:
     if not graphs.get("count") and not uncovered:
         return None
     mode = graphs.get("mode") if graphs.get("mode") in ("eager", "compiled") else None
+    eager_as = graphs.get("eager_as") if isinstance(graphs.get("eager_as"), dict) else {}
     return {"graphs": _calls(graphs.get("count")), "mode": mode,
+            "as_own_ops": sum(1 for how in eager_as.values() if how == "graph"),
             "not_covered_ms": sum(r["original_ms"] or 0 for r in uncovered) or None}
 
 
@@ -301,8 +303,10 @@ def regions_note(ledger: Dict[str, Any]) -> Optional[str]:
         return None
     parts = []
     if regions.get("graphs"):
+        own = regions.get("as_own_ops") or 0
         parts.append(f"{regions['graphs']} compiled regions' graphs replayed "
-                     + ("eagerly, their aten ops one by one (--eager-regions)"
+                     + (f"eagerly (--eager-regions: as PyTorch runs them uncompiled"
+                        + (f"; {own} as their own aten ops one by one" if own else "") + ")"
                         if regions.get("mode") == "eager" else "compiled with Inductor"))
     if regions.get("not_covered_ms"):
         parts.append(f"{_ms(regions['not_covered_ms'])} ms of compiled region kernels not "
