@@ -36,6 +36,7 @@ summary claims at least 95% covered, the covered original time at least 90% of t
 otherwise the compiled regions' time named as not covered. Exit status 1 on a miss.
 
     python bench/compiled_steps.py [--models mlp,gpt,conv] [--reps 3] [--quick] [--keep DIR]
+                                   [--malloc recycle]
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _processes import pinned_cpu, quietest_cpu  # noqa: E402
+from _processes import (RECYCLE, pinned_cpu, quietest_cpu,  # noqa: E402
+                        recycle_freed_memory)
 
 
 # -- the models ------------------------------------------------------------------------------
@@ -373,6 +375,10 @@ def main() -> int:
     parser.add_argument("--max-time", type=float, default=2.0,
                         help="the replay's --max-time (s): a step of tens of ms gets enough "
                              "samples for its median")
+    parser.add_argument("--malloc", choices=("default", "recycle"), default="default",
+                        help="recycle: every process (captures, real steps, replays) runs with "
+                             "glibc tunables that keep freed memory, as jemalloc or tcmalloc "
+                             "would (bench/replay_models.py's --malloc)")
     parser.add_argument("--keep", type=Path, help="keep the specs, traces and results here")
     parser.add_argument("--no-pin", action="store_true",
                         help="leave every process to the scheduler (by default all run on the "
@@ -388,6 +394,8 @@ def main() -> int:
             result = real_step(options.one, options, options.what == "compiled")
         options.into.write_text(json.dumps(result))
         return 0
+    if options.malloc == "recycle":  # inherited by every child process
+        recycle_freed_memory()
     verdicts = []
     cpu = None if options.no_pin else quietest_cpu()
     with tempfile.TemporaryDirectory() as tmp, pinned_cpu(cpu):
@@ -404,7 +412,8 @@ def main() -> int:
     missed = [v["name"] for v in verdicts if not all(
         v[key] for key in ("graphs_ok", "covered_ok", "step_ok", "eager_ok", "trace_ok"))]
     print(f"\ntorch {torch.__version__}, cpu, 1 thread, "
-          f"{'every process on CPU ' + str(cpu) if cpu is not None else 'unpinned'}, "
+          f"{'every process on CPU ' + str(cpu) if cpu is not None else 'unpinned'}, allocator "
+          f"{'glibc defaults' if options.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}, "
           f"load average {os.getloadavg()[0]:.1f}")
     if missed:
         print(f"MISS: {', '.join(missed)}")
