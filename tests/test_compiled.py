@@ -320,6 +320,7 @@ def test_the_compiled_step_replays_with_its_graphs_compiled_or_eager(compiled_ca
             assert set(step["step"]["graphs"]["eager_as"].values()) == {"pytorch"}
             ledger = format_ledger(build_ledger(graphs, step))
             assert "(eager)" in ledger and "replayed eagerly" in ledger
+            assert "as PyTorch runs them uncompiled" in ledger
 
 
 def test_a_graph_replays_what_it_computes():

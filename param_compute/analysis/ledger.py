@@ -24,7 +24,7 @@ faults and the direction of the gap:
   before in the step, hot and alone in isolation).
 
 A compiled region's graph (``graph::NAME``) is a row like an op's, marked ``(eager)`` where
-``--eager-regions`` ran its aten ops one by one; a trace's compiled regions that no captured
+``--eager-regions`` ran it as PyTorch runs it uncompiled; a trace's compiled regions that no captured
 call ran are rows of their own (``compiled region kernels: ...``, original time only).
 
 Torch-free: it reads the results file's run records and its step record (the step replay's,

@@ -78,7 +78,8 @@ def region_rows(regions, ops: Dict[str, Any], skipped: Dict[str, OriginalTimes],
             "other_backend_graphs": regions.other_backend_graphs(),
             "replay": "each captured graph is the config graph::NAME (its graph in the spec's "
                       "__graphs__), compiled with Inductor when the replay starts; "
-                      "--eager-regions runs its aten ops one by one instead"}
+                      "--eager-regions runs the region as PyTorch runs it uncompiled "
+                      "instead (each graph's 'eager' says how)"}
 
 
 def _live_region_lines(regions: Dict[str, Any]) -> List[str]:

@@ -75,8 +75,11 @@ class StepSummary(RecordSink):
 def graph_line(graphs: Dict[str, Any]) -> str:
     """How a step's compiled regions were replayed (the step record's ``graphs``)."""
     if graphs.get("mode") == "eager":
+        eager_as = graphs.get("eager_as") if isinstance(graphs.get("eager_as"), dict) else {}
+        own = sum(1 for how in eager_as.values() if how == "graph")
         return (f"{graphs['count']} compiled regions' graphs ({graphs.get('calls', 0)} calls) "
-                "replayed eagerly, their aten ops one by one (--eager-regions)")
+                "replayed eagerly (--eager-regions: as PyTorch runs them uncompiled"
+                + (f"; {own} as their own aten ops one by one" if own else "") + ")")
     compile_ms = sum((graphs.get("compile_ms") or {}).values())
     return (f"{graphs['count']} compiled regions' graphs ({graphs.get('calls', 0)} calls) "
             f"replayed compiled with Inductor (compiled in {compile_ms / 1e3:.1f} s before the "
