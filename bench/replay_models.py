@@ -11,7 +11,15 @@ Four models built here (no downloads), each trained one step at a time with one 
 * ``dlrm``: a DLRM-like model: 8 ``EmbeddingBag`` tables of 100000 x 64 (sum, 20 lookups per
   bag), bottom MLP 13-512-256-64, dot interactions, top MLP 512-256-1, batch 256, SGD;
 * ``mlp`` (not in the default list): 8 blocks of Linear 64-64, LayerNorm, GELU at batch 4,
-  Adam: a host-bound step of ~470 small calls, where the replay's own cost per call counts.
+  Adam: a host-bound step of ~470 small calls, where the replay's own cost per call counts;
+* ``vit``, ``mobilenet``, ``moe``, ``unet``, ``tbe`` (not in the default list): issue 31's five
+  families, built in ``model_families.py``.
+
+``--capture trace`` records the first repetition's step with the execution-trace observer and
+Kineto and captures it from the traces (no values: a top-2 MoE's subnormal Adam state reads
+ordinary; ``--subnormal-state F`` is the capture's remedy) instead of ``capture --run``'s live
+capture; the real side is timed the same way either way. Every process starts after a core is
+free of other load (``--gate-s``), and the table says how many did.
 
 Per model, ``--reps`` repetitions of [a fresh process building the model, capturing it the
 first time (``capture --run`` in library form: the real step timed unprofiled, each op timed
@@ -28,7 +36,8 @@ in the real step). Exit status 1 on a miss (the table says which).
 
     python bench/replay_models.py [--models resnet18,gpt2,lstm,dlrm] [--reps 3] [--quick]
                                   [--device cuda] [--batch-scale 8] [--malloc recycle]
-                                  [--host-gaps auto|on|off|both]
+                                  [--host-gaps auto|on|off|both] [--capture live|trace]
+                                  [--subnormal-state F]
 """
 
 from __future__ import annotations
@@ -53,7 +62,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _processes import (RECYCLE, pinned_cpu, quietest_cpu,  # noqa: E402
-                        recycle_freed_memory)
+                        recycle_freed_memory, wait_quiet)
+from model_families import FAMILIES, NAMESPACES, build_family  # noqa: E402
 
 from param_compute.capture.live.timing import time_ops_in_place, time_step  # noqa: E402
 from param_compute.cli.capture import capture_run  # noqa: E402
@@ -218,6 +228,8 @@ def build(name: str, quick: bool, device: str, scale: int = 1) -> Callable[[], N
         y = torch.randint(0, 10, (4 * scale,), device=device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         return _training_step(model, optimizer, lambda: F.cross_entropy(model(x), y))
+    if name in FAMILIES:  # issue 31's five families (bench/model_families.py)
+        return build_family(name, quick, device, scale)
     raise SystemExit(f"unknown model {name!r}")
 
 
@@ -229,14 +241,16 @@ def _child(args: List[str]) -> subprocess.CompletedProcess:
                           text=True)
 
 
-def replay_once(spec: Path, results: Path, options, host_gaps: str) -> Dict[str, Any]:
+def replay_once(spec: Path, results: Path, options, host_gaps: str,
+                namespaces=()) -> Dict[str, Any]:
     counts = [] if options.warmup is None and options.iters is None else [
         "-w", str(2 if options.warmup is None else options.warmup),
         "-i", str(5 if options.iters is None else options.iters)]  # else: the default protocol
     run = _child(["param_compute.run_benchmark", "-c", str(spec), "--replay-step",
                   "--num-threads", "1", *counts,
                   "-d", options.device, "--output", str(results), "--no-progress",
-                  "--no-throughput", "--max-memory", "none", "--host-gaps", host_gaps])
+                  "--no-throughput", "--max-memory", "none", "--host-gaps", host_gaps,
+                  *[f"--allow-namespace={ns}" for ns in namespaces]])
     if run.returncode not in (0, 1) or not results.exists():
         raise SystemExit(f"run_benchmark failed ({run.returncode}):\n{run.stderr[-3000:]}")
     totals = _child(["param_compute.workload_totals", "--json", str(results)])
@@ -252,10 +266,15 @@ def measure_real(name: str, options, workdir: Path, capture: bool) -> Dict[str, 
     torch.set_num_threads(1)
     step = build(name, options.quick, options.device, options.batch_scale)
     out: Dict[str, Any] = {}
-    if capture:
+    if capture and options.capture == "trace":
+        started = time.perf_counter()
+        trace_capture(name, step, workdir, options.subnormal_state)
+        out["capture_s"] = time.perf_counter() - started
+    elif capture:
         started = time.perf_counter()
         workload = capture_run(step, warmup=2, steps=1, source=f"bench {name}",
-                               repeats=options.real_steps)
+                               repeats=options.real_steps,
+                               allow_namespaces=NAMESPACES.get(name, ()))
         workload.write(workdir / f"{name}.json")
         out["capture_s"] = time.perf_counter() - started
     else:
@@ -274,6 +293,29 @@ def measure_real(name: str, options, workdir: Path, capture: bool) -> Dict[str, 
     return out
 
 
+def trace_capture(name: str, step: Callable[[], None], workdir: Path,
+                  subnormal_state=None) -> None:
+    """Warm the step up, record one step with the execution-trace observer and Kineto (as the
+    issue's measurements did), and capture the spec and step file from the two traces: no
+    values are seen, only shapes, dataflow and profiled times."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+
+    from param_compute.capture import capture_execution_trace
+
+    for _ in range(2):
+        step()
+    et_path, kineto_path = workdir / f"{name}_et.json", workdir / f"{name}_kineto.json"
+    observer = ExecutionTraceObserver().register_callback(str(et_path))
+    with profile(activities=[ProfilerActivity.CPU], execution_trace_observer=observer) as prof:
+        prof.add_metadata("num_threads", str(torch.get_num_threads()))
+        step()
+    prof.export_chrome_trace(str(kineto_path))
+    workload = capture_execution_trace(et_path, kineto=kineto_path, source=f"bench {name}",
+                                       allow_namespaces=NAMESPACES.get(name, ()),
+                                       target_device="cpu", subnormal_state=subnormal_state)
+    workload.write(workdir / f"{name}.json")
+
+
 def measure_in_child(name: str, options, workdir: Path, rep: int) -> Dict[str, Any]:
     """``measure_real`` in a fresh process, as the model runs in production. Each repetition
     gets its own: which memory glibc's allocator recycles, and so how many pages a step
@@ -284,7 +326,10 @@ def measure_in_child(name: str, options, workdir: Path, rep: int) -> Dict[str, A
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--rep", str(rep),
             "--into", str(into), "--keep", str(workdir),
             "--real-steps", str(options.real_steps), "--device", options.device,
-            "--batch-scale", str(options.batch_scale)] + (["--quick"] if options.quick else [])
+            "--batch-scale", str(options.batch_scale), "--capture", options.capture] \
+        + (["--subnormal-state", str(options.subnormal_state)] if options.subnormal_state
+           else []) \
+        + (["--quick"] if options.quick else [])
     run = subprocess.run(argv)
     if run.returncode != 0 or not into.exists():
         raise SystemExit(f"measuring {name} failed ({run.returncode})")
@@ -296,21 +341,24 @@ def measure_model(name: str, options, workdir: Path) -> Dict[str, Any]:
     replay."""
     reps, capture_s = [], None
     for rep in range(options.reps):
+        gate = [wait_quiet(timeout_s=options.gate_s)]  # a core free before each process
         real = measure_in_child(name, options, workdir, rep)
+        gate.append(wait_quiet(timeout_s=options.gate_s))
         capture_s = real.get("capture_s", capture_s)
         both = options.host_gaps == "both"
         ledger = replay_once(workdir / f"{name}.json", workdir / f"{name}_{rep}.json", options,
-                             "on" if both else options.host_gaps)
+                             "on" if both else options.host_gaps, NAMESPACES.get(name, ()))
         if both:  # the same capture replayed back to back too, beside it
             ledger["gaps_off_ms"] = replay_once(workdir / f"{name}.json",
                                                 workdir / f"{name}_{rep}_off.json", options,
-                                                "off")["in_step_ms"]
+                                                "off", NAMESPACES.get(name, ()))["in_step_ms"]
         ledger["in_place"] = real["in_place"]
         ledger["in_place_faults"] = real["in_place_faults"]
+        ledger["gate"] = gate
         reps.append((real["real"], ledger))
         print(f"  {name} rep {rep + 1}: real {real['real']:.2f} ms, in-step "
-              f"{ledger['in_step_ms']:.2f} ms, isolated {ledger['isolated_ms']:.2f} ms",
-              flush=True)
+              f"{ledger['in_step_ms']:.2f} ms, isolated {ledger['isolated_ms']:.2f} ms"
+              + ("" if all(gate) else " (started without a free core)"), flush=True)
     return {"name": name, "capture_s": capture_s, "reps": reps}
 
 
@@ -322,6 +370,17 @@ def _median(values):
 def _op_entry() -> Dict[str, List[float]]:
     return {"original": [], "in_step": [], "isolated": [], "original_faults": [],
             "in_step_faults": []}
+
+
+def _trace_level(op: str, replayed: set) -> str:
+    """The op a trace capture replays in place of ``op`` (timed in place below autograd):
+    fbgemm's TBE forward kernel is taken from a trace with its autograd function
+    (``split_embedding_codegen_lookup_*_function_pt2``), which a live capture opens up."""
+    if op in replayed or not op.startswith("fbgemm::split_embedding_codegen_forward_"):
+        return op
+    lookups = [name for name in replayed
+               if name.startswith("fbgemm::split_embedding_codegen_lookup_")]
+    return lookups[0] if len(lookups) == 1 else op
 
 
 def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
@@ -338,8 +397,9 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
                                ("in_step_faults", "in_step_faults")):
                 if row[field] is not None:
                     entry[key].append(row[field])
+        replayed = {row["op"] for row in rep_ledger["ops"]}
         for op, original in rep_ledger["in_place"].items():  # timed in place beside the replay
-            entry = ops.setdefault(op, _op_entry())
+            entry = ops.setdefault(_trace_level(op, replayed), _op_entry())
             entry["original"].append(original)
             entry["original_faults"].append(rep_ledger["in_place_faults"].get(op))
     checked, misses = [], []
@@ -359,8 +419,9 @@ def judge(result: Dict[str, Any], options) -> Dict[str, Any]:
     spread = max(abs(v / in_step - 1) for v in steps) if steps and in_step else None
     off = [l["gaps_off_ms"] / r for r, l in reps if l.get("gaps_off_ms")]
     in_place = _median([sum(l["in_place"].values()) for _, l in reps])
+    gates = [held for _, l in reps for held in l.get("gate", [])]
     return {"name": result["name"], "real": real, "in_step": in_step, "ratio": ratio,
-            "in_place": in_place,
+            "in_place": in_place, "gate": (sum(gates), len(gates)),
             "ratios": ratios, "off_ratios": off, "isolated": _median([l["isolated_ms"] for _, l in reps]),
             "original": ledger["original_ms"], "covered": ledger["covered_fraction"],
             "checked": checked, "misses": misses, "spread": spread,
@@ -375,11 +436,11 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
 
     both = options.host_gaps == "both"
     print("\n| model | real step (ms) | ops timed in place (ms) | in-step replay (ms) | "
-          "in-step / real (reps) | replays ± | "
+          "in-step / real (reps) | replays ± | gate held | "
           + ("host gaps off: in-step / real | " if both else "")
           + "isolated Σ median×count (ms) | original op time at capture "
           f"(ms) | covered | ops >2% within ±{int(100 * options.op_tolerance)}% |")
-    print("| --- " * (11 if both else 10) + "|")
+    print("| --- " * (12 if both else 11) + "|")
     for v in verdicts:
         reps = ", ".join(f"{r:.2f}" for r in v["ratios"])
         off = (f"{fmt(_median(v['off_ratios']))} ("
@@ -387,7 +448,7 @@ def print_tables(verdicts: List[Dict[str, Any]], options) -> None:
         print(f"| {v['name']} | {fmt(v['real'])} | {fmt(v['in_place'])} | {fmt(v['in_step'])} | "
               f"**{fmt(v['ratio'])}** ({reps}){'' if v['step_ok'] else ' MISS'} | "
               f"{fmt(100 * v['spread'] if v['spread'] is not None else None, '.1f')}%"
-              f"{'' if v['spread_ok'] else ' MISS'} | {off}"
+              f"{'' if v['spread_ok'] else ' MISS'} | {v['gate'][0]} of {v['gate'][1]} | {off}"
               f"{fmt(v['isolated'])} | {fmt(v['original'])} | "
               f"{fmt(100 * v['covered'] if v['covered'] is not None else None, '.1f')}% | "
               f"{len(v['checked']) - len(v['misses'])} of {len(v['checked'])} |")
@@ -436,6 +497,17 @@ def main() -> int:
     parser.add_argument("--replay-spread", type=float, default=0.05,
                         help="the replayed step's largest distance from its median over the "
                              "repetitions (each a fresh process replaying the same capture)")
+    parser.add_argument("--gate-s", type=float, default=60.0,
+                        help="before each process (real step, replay), wait up to this long "
+                             "for a core free of other load (_processes.wait_quiet); the table "
+                             "says how many started with one")
+    parser.add_argument("--capture", choices=("live", "trace"), default="live",
+                        help="live: capture --run's library form (values profiled, each op "
+                             "timed in place); trace: one step recorded with the execution-"
+                             "trace observer and Kineto, captured from the traces (no values)")
+    parser.add_argument("--subnormal-state", type=float, default=None,
+                        help="--capture trace: capture --from-et's --subnormal-state (the share "
+                             "of the optimizer state's values that are subnormal)")
     parser.add_argument("--keep", type=Path, help="keep the specs and results in this folder")
     parser.add_argument("--no-pin", action="store_true",
                         help="leave every process to the scheduler; by default all of them (real "

@@ -13,6 +13,11 @@ faults and the direction of the gap:
   (its per-call cost; small calls above all), or, timed in place by ``capture --run``, its
   calls are small (under ``SMALL_CALL_US`` each: the in-place timer's own Python between
   calls leaves a call of a few microseconds colder than the step ran it);
+* ``values``: the replay reads faster than the original for an op whose calls read an
+  optimizer's state that the capture had no values for (a trace records none: the step file's
+  ``original.values_unknown``, ``capture.trace.value_blind``): subnormal state runs several
+  times slower on a CPU, generated ordinary values at full speed. The row's ``evidence`` says
+  which calls and the remedy (a live capture's value profile, or ``--subnormal-state``);
 * ``data``: an op whose time depends on index or integer data (embedding, gather, pooling
   indices, losses over targets): generated data differ from the real ones;
 * ``allocation``: the op's minor page faults per step (first touches of fresh memory) differ
@@ -78,9 +83,11 @@ def _faults_explain(ratio: float, in_step_faults: Optional[float],
 
 def reason(op: str, original: Optional[float], in_step: Optional[float],
            isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
-           original_faults: Optional[float] = None, calls: int = 0) -> str:
+           original_faults: Optional[float] = None, calls: int = 0,
+           values_unknown: bool = False) -> str:
     """The one-word reason for a gap in an op's row ('' where its numbers agree);
-    ``calls``: the op's calls per step (for the time of one call in the original). The gap
+    ``calls``: the op's calls per step (for the time of one call in the original);
+    ``values_unknown``: its calls read state whose values the capture did not have. The gap
     to the original comes first (it says whether the replay predicts production); the gap
     between isolated and in-step replay is explained where the original agrees."""
     replay = in_step if in_step is not None else isolated
@@ -91,6 +98,8 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
         if in_step is not None and _faults_explain(to_original, in_step_faults,
                                                    original_faults):
             why = "allocation"
+        elif values_unknown and to_original < 1:
+            why = "values"
         elif _data_op(op):
             why = "data"
         else:
@@ -109,6 +118,29 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
             why = "cache"
         return why
     return ""
+
+
+def _values_unknown(entries: Any) -> Dict[str, Dict[str, Any]]:
+    """op -> its step file's ``values_unknown`` entry, for ops given no value profile (one
+    given a profile has its values, as far as the user knew them)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("op"), str) \
+                and not entry.get("profile"):
+            out[entry["op"]] = entry
+    return out
+
+
+def values_evidence(row: Dict[str, Any], entry: Dict[str, Any]) -> str:
+    """Why ``values`` is the cause of a row's gap, with the remedy."""
+    calls = _calls(entry.get("calls"))
+    optimizer = printable(str(entry.get("optimizer") or "an optimizer"), 40)
+    return (f"{'?' if calls is None else calls} of {row['calls']} calls read {optimizer}'s "
+            f"state, whose values the capture did not record (a trace has none), and the "
+            f"replay runs {_x(row['in_step_over_original'] or row['isolated_over_original'])}"
+            " of the original: subnormal state is several times slower on a CPU, generated "
+            "values are ordinary. Capture live (capture --run) for its value profile, or give "
+            "one: capture --from-et ... --subnormal-state FRACTION")
 
 
 def _object(value: Any) -> Dict[str, Any]:
@@ -202,6 +234,7 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
     # Originals come from a profiler trace unless the capture timed them live.
     profiled = "live timing" not in str(how.get("file", ""))
+    unknown = _values_unknown(original_info.get("values_unknown"))
     missing = []
     for item in original_info.get("not_captured") or []:
         if not isinstance(item, dict):
@@ -225,9 +258,12 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
         row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
         row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
         row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
+        blind = unknown.get(row["op"])
         row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
                                row["isolated_ms"], profiled, row["in_step_faults"],
-                               row["original_faults"], row["calls"])
+                               row["original_faults"], row["calls"], blind is not None)
+        if row["reason"] == "values":
+            row["evidence"] = values_evidence(row, blind)
     rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
                                  r["isolated_ms"] or 0))
     return _totals(rows, step, original_info, missing, device_side)
@@ -405,6 +441,11 @@ def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
     if faults:
         lines.append("faults: minor page faults per step (first touches of fresh memory), in "
                      "the original / in the in-step replay")
+    evidence = [row for row in ledger["ops"] if row.get("evidence")]
+    if evidence:
+        lines.append("")
+        lines += [f"{printable(row['op'][:60])}: {row['reason']}: {printable(row['evidence'])}"
+                  for row in evidence[:8]]
     if ledger["not_captured"]:
         lines.append("")
         lines.append("not captured: " + ", ".join(
@@ -446,7 +487,9 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
             _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
             _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),
             _x(row["isolated_over_in_step"])) + ((faults_text(row),) if faults else ()))
-        + f"<td>{escape(row['reason'])}</td></tr>" for row in ledger["ops"])
+        + f"<td>{escape(row['reason'])}"
+        + (f"<br><span class=\"note\">{escape(row['evidence'])}</span>"
+           if row.get("evidence") else "") + "</td></tr>" for row in ledger["ops"])
     return ("<h2>Fidelity ledger: which numbers predict production</h2>"
             "<p class=\"note\">ms per step; a reason names the likely cause where two numbers "
             f"differ by more than {int(100 * (AGREE - 1))}%.</p>"

@@ -109,6 +109,28 @@ def _live_region_lines(regions: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def values_unknown_lines(workload) -> List[str]:
+    """One line for the calls that read an optimizer's state without its values: what a
+    replay will not know, and the remedy (``capture.trace.value_blind``)."""
+    unknown = getattr(workload, "values_unknown", None) or {}
+    if not unknown:
+        return []
+    calls = sum(entry["calls"] for entry in unknown.values())
+    ops = ", ".join(f"{printable(op, 60)} x{entry['calls']}"
+                    for op, entry in list(sorted(unknown.items(),
+                                                 key=lambda item: -item[1]["calls"]))[:4])
+    optimizers = ", ".join(sorted({printable(e["optimizer"], 40) for e in unknown.values()}))
+    given = getattr(workload, "subnormal_state", None)
+    if given:
+        return [f"  values: {calls} calls read {optimizers}'s state ({ops}); its values are "
+                f"not in the trace: --subnormal-state {given['fraction']:g} made "
+                f"{given['tensors']} of its {given['of']} tensors subnormal (whole tensors)"]
+    return [f"  values unknown: {calls} calls read {optimizers}'s state ({ops}); the trace has "
+            "no values, and subnormal state makes them several times slower on a CPU: the "
+            "replay generates ordinary values. Capture live (capture --run) for the measured "
+            "value profile, or give one (--subnormal-state FRACTION)"]
+
+
 def summary_lines(workload) -> List[str]:
     """The summary, then one short line per thing a user must know (steps, layouts, each
     group of calls not captured, configs without a kernel on the target, original time)."""
@@ -142,6 +164,7 @@ def summary_lines(workload) -> List[str]:
                      f"{sum(item['configs'] for item in missing)} configs "
                      f"({sum(item['calls'] for item in missing)} calls) of {names}"
                      + (" ..." if len(missing) > 4 else "") + ": they will fail there")
+    lines += values_unknown_lines(workload)
     if workload.kineto is not None:
         cover = workload.time_coverage()
         parts = []

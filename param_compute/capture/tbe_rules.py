@@ -13,6 +13,12 @@ offsets a ``bags`` view over T x B bags (one per table and sample, the recorded 
 ``bounds_check_indices`` has no weights: it gets N rows per table (N the number of indices;
 its cost does not depend on the row count). Variable batch sizes (``B_offsets``) are data: such
 a call is refused with that reason.
+
+The optimizer's state (``momentum1``, ``momentum2``: one value per row for row-wise optimizers,
+one per weight for full ones) has its own ``*_placements`` and ``*_offsets``, where each table's
+state starts. They get the tables' row starts (row-wise) or element starts (full) and the
+weights' placement. Left to chance (random offsets in a recorded range, or none from a trace),
+every table's updates hit the same few state rows, or rows past the state's end.
 """
 
 from __future__ import annotations
@@ -81,6 +87,42 @@ def _weights(named: Named):
     return None, None
 
 
+def _states(named: Named) -> List[tuple]:
+    """(state, placements, offsets) data specs of each optimizer state of the call: the pt2
+    lookup's ``momentumN`` list ``[state, placements, offsets]``, or the backward's
+    ``momentumN_host``/``_dev``/``_uvm`` with ``momentumN_placements`` and ``_offsets``."""
+    out = []
+    for n in (1, 2):
+        name = f"momentum{n}"
+        spec = named.get(name)
+        if isinstance(spec, dict) and spec.get("type") == "genericlist":
+            items = list(spec.get("value") or []) + [None, None, None]
+            out.append(tuple(items[:3]))
+            continue
+        state = next((named[f"{name}_{where}"] for where in ("host", "dev", "uvm")
+                      if _numel(named.get(f"{name}_{where}")) > 0), None)
+        if state is not None:
+            out.append((state, named.get(f"{name}_placements"), named.get(f"{name}_offsets")))
+    return out
+
+
+def _give_states(named: Named, rows: List[int], dim: int, placement: Optional[int]) -> None:
+    """Each optimizer state's placements (the weights') and offsets (where each table's state
+    starts: row starts for one value per row, element starts for one per weight)."""
+    starts = [sum(rows[:t]) for t in range(len(rows))]
+    for state, placements, offsets in _states(named):
+        if _numel(offsets) != len(rows):
+            continue
+        if _numel(state) == sum(rows):
+            _give(offsets, starts)
+        elif _numel(state) == sum(rows) * dim:
+            _give(offsets, [start * dim for start in starts])
+        else:
+            continue
+        if placement is not None and _numel(placements) == len(rows):
+            _give(placements, [placement] * len(rows))
+
+
 def tbe_rule(named: Named) -> Optional[str]:
     """Fill in a TBE call's metadata values, index range and offsets (in place); a reason
     when it cannot be replayed from shapes."""
@@ -121,6 +163,8 @@ def tbe_rule(named: Named) -> Optional[str]:
     for name in _METADATA:
         if name in made and _numel(named.get(name)) == len(made[name]):
             _give(named[name], made[name])
+    if dim is not None:
+        _give_states(named, rows, dim, placement)
     # A recorded range is kept where every rebuilt table holds it (tables were not all as
     # large as the smallest rebuilt one: its top would read past some table's end).
     low, high = indices.get("value_range") or (0, min(rows) - 1)

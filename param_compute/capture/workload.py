@@ -134,8 +134,44 @@ class CapturedWorkload:
         #: A trace's compiled regions and their time no captured call accounts for
         #: (``capture.trace.compiled``).
         self.trace_regions: Optional[Dict[str, Any]] = None
+        #: op -> {"calls", "optimizer", "profile"}: calls reading state a trace has no values
+        #: for (``capture.trace.value_blind``); "profile" the value_profile they were given.
+        self.values_unknown: Dict[str, Dict[str, Any]] = {}
+        #: ``--subnormal-state``'s {"fraction", "tensors" made subnormal, "of" state tensors}.
+        self.subnormal_state: Optional[Dict[str, Any]] = None
 
     # -- collecting --------------------------------------------------------------------------
+    def note_values_unknown(self, op: str, optimizer: str,
+                            subnormal: Optional[int] = None) -> None:
+        """One captured call of ``op`` read ``optimizer``'s state, whose values the source
+        did not record (``subnormal``: with ``--subnormal-state``, how many of its state
+        inputs were made subnormal; None without it)."""
+        entry = self.values_unknown.setdefault(op, {"calls": 0, "optimizer": optimizer,
+                                                    "profile": None})
+        entry["calls"] += 1
+        if subnormal is not None:
+            profile = entry["profile"] = entry["profile"] or {
+                "subnormal_state": self.subnormal_state["fraction"]
+                if self.subnormal_state else None, "calls_given_subnormal": 0}
+            profile["calls_given_subnormal"] += bool(subnormal)
+
+    def carry_structure(self) -> int:
+        """Give calls that only convert or copy an index the structure of what they feed
+        (``capture.step.upstream``), once the step's dataflow is recorded."""
+        if self.step is None:
+            return 0
+        from param_compute.capture.step.upstream import carry_structure
+
+        configs = {(op, schema, key): entry for op, schemas in self._ops.items()
+                   for schema, bucket in schemas.items() for key, entry in bucket.items()}
+        return carry_structure(configs, self.step.calls)
+
+    def values_unknown_json(self) -> List[Dict[str, Any]]:
+        """The report's and step file's ``values_unknown``: one entry per op, most calls
+        first."""
+        return [{"op": op, **entry} for op, entry in
+                sorted(self.values_unknown.items(), key=lambda item: -item[1]["calls"])]
+
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
              kind: str = "argument", original: Optional[Tuple[float, float]] = None) -> None:
         if not counted:
@@ -362,6 +398,10 @@ class CapturedWorkload:
         regions = self.compiled_regions()
         if regions is not None:
             report["compiled_regions"] = regions
+        if self.values_unknown:
+            report["values_unknown"] = self.values_unknown_json()
+        if self.subnormal_state is not None:
+            report["subnormal_state"] = self.subnormal_state
         if param_form_notes is not None:
             report["param_form"] = {
                 "configs_param_fails_on": len(noted_configs(param_form_notes, fails=True)),

@@ -91,6 +91,11 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
     p.add_argument("--target-device", default=None, metavar="DEVICE",
                    help="the device the spec will replay on, whose kernels are checked for "
                         "every config (default: cuda if available, else cpu)")
+    p.add_argument("--subnormal-state", type=float, default=None, metavar="FRACTION",
+                   help="--from-et: the share of subnormal values in the optimizer state the "
+                        "step reads (a trace records no values; on a CPU subnormal state makes "
+                        "Adam's sqrt several times slower): whole state tensors are made "
+                        "subnormal to that share. A live capture (--run) measures it instead")
     p.add_argument("--max-trace-bytes", type=_trace_bytes, default=None, metavar="SIZE",
                    help="--from-et, --kineto: the most JSON text (after decompression) one trace "
                         "file may hold, e.g. 4GiB (default 2GiB); reading stops at the cap")
@@ -211,6 +216,13 @@ def _refused(args: argparse.Namespace) -> Optional[str]:
         return "--warmup must be >= 0 and --steps >= 1"
     if args.from_et is None and (args.step is not None or args.kineto is not None):
         return "--trace-step and --kineto read an execution trace: use them with --from-et"
+    if args.subnormal_state is not None:
+        if args.from_et is None:
+            return ("--subnormal-state gives a trace's optimizer state its values: use it with "
+                    "--from-et (--run measures them)")
+        if not 0 < args.subnormal_state <= 1:  # nan fails both
+            return (f"--subnormal-state is a fraction in (0, 1], got "
+                    f"{printable(repr(args.subnormal_state), 40)}")
     return None
 
 
@@ -337,7 +349,7 @@ def _workload(args: argparse.Namespace):
             args.from_et, skip_views=args.skip_views, step=args.step,
             allow_namespaces=args.allow_namespace, kineto=args.kineto,
             target_device=args.target_device or _default_device(),
-            max_trace_bytes=args.max_trace_bytes)
+            max_trace_bytes=args.max_trace_bytes, subnormal_state=args.subnormal_state)
     workload = _live_workload(args)  # torch imported by the step's module or the capture
     workload.target_device = args.target_device or _default_device()
     return workload

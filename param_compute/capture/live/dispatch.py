@@ -209,6 +209,7 @@ class LiveCapture(TorchDispatchMode):
                 self.workload.step.outlives(index, path)
         self._watched.clear()
         compiled_regions.unlisten(self)
+        self.workload.carry_structure()
         try:
             return super().__exit__(*exc)
         finally:

@@ -14,7 +14,8 @@ from typing import Any, Dict, Optional
 def step_original(workload) -> Optional[Dict[str, Any]]:
     """``{total_us, captured_us, not_captured: [{op, calls, original_us}], how, ...}`` (CPU
     and device µs per step) when the capture knows original times, else only the calls not
-    captured."""
+    captured; ``values_unknown: [{op, calls, optimizer, profile}]`` where calls read an
+    optimizer's state whose values the source did not record (the ledger names them)."""
     calls_by_op: Dict[str, int] = {}
     for group in workload.groups():
         for op, calls in group["ops"].items():
@@ -42,4 +43,6 @@ def step_original(workload) -> Optional[Dict[str, Any]]:
     else:
         out["not_captured"] = [{"op": op, "calls": calls, "original_us": None}
                                for op, calls in calls_by_op.items()]
+    if getattr(workload, "values_unknown", None):
+        out["values_unknown"] = workload.values_unknown_json()
     return out

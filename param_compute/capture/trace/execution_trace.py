@@ -30,6 +30,8 @@ from param_compute.capture.accounting import Unreplayable, kind_reason, op_kind
 from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUTS,
                                           MEMORY_FORMATS, SCALAR_TYPES, float_spec, split_types,
                                           tensor_spec)
+#: The value_profile of a state tensor ``--subnormal-state`` chose.
+ALL_SUBNORMAL = {"zeros": 0.0, "subnormal": 1.0}
 from param_compute.capture.workload import CapturedWorkload
 from param_compute.spec.limits import INT_MAX, INT_MIN
 from param_compute.spec.wording import short
@@ -201,7 +203,8 @@ def op_label(node: Dict[str, Any]) -> str:
 def capture_execution_trace(trace, skip_views: bool = False, source: Optional[str] = None,
                             step: Optional[str] = None, allow_namespaces: Sequence[str] = (),
                             kineto=None, target_device: str = "cpu",
-                            max_trace_bytes: Optional[int] = None) -> CapturedWorkload:
+                            max_trace_bytes: Optional[int] = None,
+                            subnormal_state: Optional[float] = None) -> CapturedWorkload:
     """A workload from an execution trace (a path or the parsed JSON).
 
     ``step``: None captures the last complete ``ProfilerStep#N`` window (where the trace has
@@ -210,7 +213,11 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     of the same run, joined for each call's original CPU and device time and, in a
     ``ProfilerStep#N`` window, the step's host gaps (``kineto.host_timeline``). ``target_device``:
     the device whose kernels are checked for every config. ``max_trace_bytes``: the cap on
-    either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default).
+    either file's JSON text (``trace_io.MAX_TRACE_BYTES`` by default). Calls that read an
+    optimizer's state (``value_blind``) are noted per op (``values_unknown``);
+    ``subnormal_state``: the share of that state's values that are subnormal, where the user
+    knows it from elsewhere: whole state tensors are made subnormal to that share
+    (``value_blind.subnormal_tensors``).
 
     A trace is untrusted data: its structure is checked first (``trace_check``), and a trace or
     Kineto file that cannot be used raises ``TraceError`` naming the file, the node and what is
@@ -258,9 +265,21 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
                       original=original)
         in_order.append((lost.node, None, None))
+    from param_compute.capture.trace.value_blind import state_inputs
+
+    blind = state_inputs(tree, taken)
+    subnormal = None
+    if subnormal_state:
+        from param_compute.capture.trace.value_blind import subnormal_tensors
+
+        subnormal = subnormal_tensors(blind, subnormal_state)
+        workload.subnormal_state = {"fraction": subnormal_state, "tensors": len(subnormal),
+                                    "of": len({name for entry in blind.values()
+                                               for name, _ in entry["tensors"]})}
     for node in taken:
         original = timing.of(node) if timing else None
-        in_order.append((node, _add_node(workload, node, recovered, original),
+        in_order.append((node, _add_node(workload, node, recovered, original,
+                                         blind.get(node["id"]), subnormal),
                          original[0] if original else None))
     from param_compute.capture.trace.step import record_trace_step
 
@@ -272,6 +291,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         timeline, workload.kineto["host_gaps"] = host_timeline(
             timing, [node for node, _, _ in in_order])
     record_trace_step(workload.step, in_order, timeline)
+    workload.carry_structure()
     if timeline is not None and not any(c.get("gap_us") is not None
                                         for c in workload.step.calls):
         workload.kineto["host_gaps"] = {"written": False, "why": "no captured call was "
@@ -299,8 +319,12 @@ def _compiled_regions(workload: CapturedWorkload, tree: TraceTree, window, timin
         workload.trace_regions = regions
 
 
-def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original):
-    """Capture one replay-level node; the config it went into (None: not captured)."""
+def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original,
+              state: Optional[Dict[str, Any]] = None, subnormal: Optional[set] = None):
+    """Capture one replay-level node; the config it went into (None: not captured).
+    ``state``: where it reads an optimizer's state (``value_blind.state_inputs``); with
+    ``subnormal`` (the state tensors ``--subnormal-state`` chose), those inputs made all
+    subnormal."""
     label = op_label(node)
     namespace, _, base = label.partition("::")
     kind = op_kind(namespace, base.split(".", 1)[0])
@@ -316,8 +340,19 @@ def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, origi
             workload.skip(label, f"unreadable node: {type(exc).__name__}: {exc}",
                           kind="unreadable", original=original)
         return None
-    return workload.last_config if workload.add(schema, args, kwargs, original=original) \
-        else None
+    given = None
+    if state is not None and subnormal is not None:
+        from param_compute.capture.trace.value_blind import give_profile
+
+        paths = [path for path, (name, _) in zip(state["paths"], state["tensors"])
+                 if name in subnormal]
+        given = give_profile(args, kwargs, paths, ALL_SUBNORMAL)
+    if not workload.add(schema, args, kwargs, original=original):
+        return None
+    if state is not None:
+        workload.note_values_unknown(workload.last_config[0], state["optimizer"],
+                                     None if subnormal is None else given)
+    return workload.last_config
 
 
 def _has_strides(trace: Dict[str, Any]) -> bool:
