@@ -56,8 +56,14 @@ def base_name(op_name: str) -> str:
 def custom_namespace(op_name: str) -> Optional[str]:
     """The namespace of an ``ns::op`` operator outside aten (``fbgemm``), else None. Its kernels
     are not torch's and unchecked: by default its runs are measured in an isolated worker."""
+    from param_compute.operators.collectives import is_collective
+    from param_compute.operators.names import TORCH_NAMESPACES
+
     namespace, sep, _ = op_name.partition("::")
-    return namespace if sep and namespace != "aten" else None
+    if not sep or namespace == "aten" or namespace in TORCH_NAMESPACES \
+            or is_collective(op_name):  # torch's own kernels, or torch.distributed's
+        return None
+    return namespace
 
 
 def _true(spec: Any) -> bool:

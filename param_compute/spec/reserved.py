@@ -1,5 +1,8 @@
 """Top-level spec keys that are not operators: what they may hold, checked.
 
+``__process_groups__`` (a job's process groups, written by a multi-rank capture) is
+``spec.job``'s; ``__capture__`` is described here.
+
 ``__capture__`` (written by ``python -m param_compute.capture``): the settings the captured
 workload ran with, so a replay can say when it runs otherwise (``run_benchmark`` warns) or follow
 them (``--match-capture``): ``{"device": "cpu" | "cuda" | "cuda:N", "num_threads": N | null,
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.spec.job import PROCESS_GROUPS_KEY, process_groups_problems
+
 CAPTURE_KEY = "__capture__"
-RESERVED_KEYS = frozenset({CAPTURE_KEY})
+RESERVED_KEYS = frozenset({CAPTURE_KEY, PROCESS_GROUPS_KEY})
 CAPTURE_FIELDS = ("device", "num_threads", "source", "allocator")
 #: At most this many threads is a believable recorded setting.
 MAX_RECORDED_THREADS = 1 << 16
@@ -28,6 +33,13 @@ def _is_device(value: Any) -> bool:
         return False
     kind, sep, index = value.partition(":")
     return kind in ("cpu", "cuda") and (not sep or (index.isdigit() and kind == "cuda"))
+
+
+def reserved_problems(key: str, value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
+    """(path under the key, message, hint) for each problem of a reserved key's value."""
+    if key == PROCESS_GROUPS_KEY:
+        return process_groups_problems(value)
+    return capture_problems(value)
 
 
 def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
