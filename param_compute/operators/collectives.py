@@ -82,15 +82,6 @@ C10D_OPS: Dict[str, str] = {
     "recv_": "recv",
     "barrier": "barrier",
 }
-#: ``_c10d_functional::`` ops (functional collectives: a new output, waited by
-#: ``wait_tensor``) -> their kind.
-FUNCTIONAL_OPS: Dict[str, str] = {
-    "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "all_gather_into_tensor": "all_gather_into_tensor",
-    "reduce_scatter_tensor": "reduce_scatter_tensor",
-    "all_to_all_single": "all_to_all_single", "broadcast": "broadcast",
-    "broadcast_": "broadcast",
-}
 #: ``record_param_comms``' ``collective_name`` (NCCL and older traces) -> kind.
 RECORDED_NAMES: Dict[str, str] = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce",
@@ -115,18 +106,15 @@ WAIT_OPS = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_te
 
 def kind_of(op_name: str) -> Optional[Kind]:
     """The collective kind a spec's operator name runs (``c10d::allreduce_``,
-    ``torch.distributed.all_reduce``, ``_c10d_functional::all_reduce``), else None."""
+    ``torch.distributed.all_reduce``), else None."""
     if not isinstance(op_name, str):
         return None
     if op_name.startswith(FRIENDLY_PREFIX):
         return KINDS.get(op_name[len(FRIENDLY_PREFIX):])
     namespace, sep, rest = op_name.partition("::")
-    if not sep:
+    if not sep or namespace != "c10d":
         return None
-    base = rest.split(".", 1)[0]
-    table = C10D_OPS if namespace == "c10d" else FUNCTIONAL_OPS \
-        if namespace in ("_c10d_functional", "c10d_functional") else None
-    name = table.get(base) if table is not None else None
+    name = C10D_OPS.get(rest.split(".", 1)[0])
     return KINDS[name] if name is not None else None
 
 

@@ -9,7 +9,8 @@ The rank's runs (``JobPlan.order``), in this order, the same on every rank:
 
 1. the collective configs of the groups it belongs to, in spec order: each is measured on all
    its members at once (a barrier before each sample, the slowest rank's time), so every rank
-   must reach them together, before any rank-specific work;
+   must reach them together, before any rank-specific work (sends and receives are replayed
+   in the step only: each needs the other side);
 2. the step replay (``--replay-step``), which every rank starts together;
 3. the compute configs the rank ran (``ranks`` of a captured job; every config of a
    hand-written spec), measured alone, with no collective after them to wait at.
@@ -27,7 +28,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from param_compute.errors import OptionsError
-from param_compute.operators.collectives import WORLD, is_collective
+from param_compute.operators.collectives import WORLD, is_collective, kind_of
+
+#: Point-to-point kinds: replayed in the step, never measured alone (a send needs its recv).
+STEP_ONLY = frozenset({"send", "recv"})
 from param_compute.plan.runplan import PlannedRun
 from param_compute.spec.job import for_rank
 
@@ -160,8 +164,10 @@ class JobPlan:
             mine = self.mine(run)
             if mine is None:
                 continue
-            if is_collective(mine.op_name):
-                yield mine
+            kind = kind_of(mine.op_name)
+            if kind is not None:
+                if kind.name not in STEP_ONLY:
+                    yield mine
             else:
                 compute.append(mine)
         yield from extra

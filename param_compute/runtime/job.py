@@ -56,6 +56,18 @@ def rank_device(device: str, job_rank: JobRank) -> str:
     return job_rank.device(device)
 
 
+def backend_error(exc: BaseException) -> str:
+    """A backend's error in a few words: its first line without the source location gloo
+    prefixes (``[.../pair.cc:537] ``) or the advice it appends."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if text.startswith("[") and "]" in text and ".cc:" in text.split("]", 1)[0]:
+        text = text.split("]", 1)[1].strip()
+    for advice in (" This is typically", " Check the logs"):
+        if advice in text:
+            text = text.split(advice, 1)[0].strip()
+    return text[:300] or type(exc).__name__
+
+
 def group_plan(process_groups: Optional[Dict[str, Any]], world_size: int
                ) -> List[Tuple[str, List[int], bool]]:
     """(name, ranks, is the default group) for every group to make, in the same order on every
@@ -172,8 +184,7 @@ class Job:
 
     def broken(self, where: str, exc: BaseException) -> JobBroken:
         """The one message for a failed collective ``where`` (the call and its group)."""
-        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else \
-            type(exc).__name__
+        text = backend_error(exc)
         timed_out = "timed out" in text.lower() or "timeout" in text.lower()
         gone = self.who_is_gone()
         if gone is None:

@@ -31,6 +31,9 @@ from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUT
                                           MEMORY_FORMATS, SCALAR_TYPES, float_spec, split_types,
                                           tensor_spec)
 from param_compute.capture.workload import CapturedWorkload
+from param_compute.capture.collectives import collective_call
+from param_compute.capture.trace.comms import DEFAULT_GROUP, backend_nodes, recorded_group
+from param_compute.operators.collectives import kind_of
 
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
 NONE_VALUE = "<None>"
@@ -234,16 +237,21 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     from param_compute.capture.step.dataflow import StepRecorder
 
     workload.step = StepRecorder()
-    in_order = []  # (node, config or None, original CPU µs): the step's dataflow
+    comms = CollectiveSource(tree, taken, timing)
+    workload.distributed = comms.describe()
+    # (node, config or None, original CPU µs, a collective's {async, comm_us}): the dataflow
+    in_order = []
     for lost in dropped:
         original = timing.of(lost.node) if timing else None
         workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
                       original=original)
-        in_order.append((lost.node, None, None))
+        in_order.append((lost.node, None, None, None))
     for node in taken:
         original = timing.of(node) if timing else None
-        in_order.append((node, _add_node(workload, node, recovered, original),
-                         original[0] if original else None))
+        collective: Dict[str, Any] = {}
+        config = _add_node(workload, node, recovered, original, comms, collective)
+        in_order.append((node, config, original[0] if original else None,
+                         collective or None))
     from param_compute.capture.trace.step import record_trace_step
 
     in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
@@ -252,7 +260,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         from param_compute.capture.trace.kineto import host_timeline
 
         timeline, workload.kineto["host_gaps"] = host_timeline(
-            timing, [node for node, _, _ in in_order])
+            timing, [item[0] for item in in_order])
     record_trace_step(workload.step, in_order, timeline)
     if timeline is not None and not any(c.get("gap_us") is not None
                                         for c in workload.step.calls):
@@ -261,10 +269,14 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     return workload
 
 
-def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original):
-    """Capture one replay-level node; the config it went into (None: not captured)."""
+def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original,
+              comms: "CollectiveSource", collective: Dict[str, Any]):
+    """Capture one replay-level node; the config it went into (None: not captured). A
+    collective's async flag and communication time go into ``collective``."""
     label = op_label(node)
     namespace, _, base = label.partition("::")
+    if kind_of(label) is not None:
+        return _add_collective(workload, node, label, original, comms, collective)
     kind = op_kind(namespace, base.split(".", 1)[0])
     if kind is not None:
         workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
@@ -280,6 +292,80 @@ def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, origi
         return None
     return workload.last_config if workload.add(schema, args, kwargs, original=original) \
         else None
+
+
+class CollectiveSource:
+    """What a trace says of its collectives: each call's group (``comms.recorded_group``, else
+    the default), its backend's span (``comms.backend_nodes``) and its Kineto times, and the
+    job (Kineto's ``distributedInfo``)."""
+
+    def __init__(self, tree: TraceTree, taken: List[Dict[str, Any]], timing):
+        self.tree = tree
+        calls = [node for node in taken if kind_of(op_label(node)) is not None]
+        self.spans = backend_nodes(tree, calls) if calls else {}
+        self.timing = timing
+        self.info = getattr(timing, "distributed", None)
+        self.calls = len(calls)
+        self.assumed = 0  # calls whose group the trace does not name
+
+    def group(self, node: Dict[str, Any]) -> str:
+        name = recorded_group(self.tree, node)
+        if name is None:
+            self.assumed += 1
+            return DEFAULT_GROUP
+        return name
+
+    def comm_us(self, node: Dict[str, Any], original) -> Optional[float]:
+        """The call's communication time: its kernels' (a device trace), else its backend
+        span's, where the Kineto join has them."""
+        if original is not None and original[1]:
+            return original[1]
+        span = self.spans.get(node["id"])
+        if span is None or self.timing is None:
+            return None
+        return self.timing.span_us(span)
+
+    def describe(self) -> Optional[Dict[str, Any]]:
+        """The capture report's ``distributed``: the job as the trace has it."""
+        if not self.calls and self.info is None:
+            return None
+        out: Dict[str, Any] = {"collectives": self.calls,
+                               "backend_spans": len(self.spans)}
+        if self.info is not None:
+            out.update({"rank": self.info.rank, "world_size": self.info.world_size,
+                        "backend": self.info.backend, "groups": self.info.groups})
+        return out
+
+
+def _add_collective(workload: CapturedWorkload, node: Dict[str, Any], label: str, original,
+                    comms: CollectiveSource, collective: Dict[str, Any]):
+    """A ``c10d::`` call captured as a collective (``capture.collectives``)."""
+    base = label.split("::", 1)[1].split(".", 1)[0]
+    schema = attr(node, "op_schema")
+    try:
+        values, shapes, types, strides = _inputs(node)
+        named = {}
+        for index, arg in enumerate(schema_arguments(schema)):
+            if index >= len(values) or index >= len(types) or str(types[index]) == "Object":
+                continue
+            try:
+                named[arg.name] = trace_value_spec(types[index], values[index],
+                                                   _at(shapes, index), _at(strides, index), arg)
+            except Unreplayable:
+                continue  # an argument the collective does not need (reduce op, group)
+        args, kwargs = collective_call(base, named, comms.group(node))
+    except Unreplayable as exc:
+        workload.skip(label, str(exc), kind=exc.kind, original=original)
+        return None
+    except Exception as exc:  # one odd node must not end the conversion
+        workload.skip(label, f"unreadable collective: {type(exc).__name__}: {exc}",
+                      kind="unreadable", original=original)
+        return None
+    comm = comms.comm_us(node, original)
+    workload.add_collective(label, args, kwargs, original, comm)
+    collective.update({"async": bool(kwargs.get("async_op", {}).get("value")), "comm_us": comm,
+                       "base": base})
+    return workload.last_config
 
 
 def _has_strides(trace: Dict[str, Any]) -> bool:

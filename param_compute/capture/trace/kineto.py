@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.spec.step_file import MAX_HOST_STEP_US, MAX_NUMBER
 from param_compute.capture.trace.check import check_kineto_trace
+from param_compute.capture.trace.comms import distributed_info
 from param_compute.capture.trace.files import read_kineto_trace
 from param_compute.capture.trace.walk import Steps, TraceTree, attr
 from param_compute.spec.reserved import recorded_threads
@@ -54,9 +55,27 @@ class KinetoJoin:
         self.window_name: Optional[str] = None  # the ProfilerStep#N looked for
         self.cpu: List[Dict[str, Any]] = []
         self.cost = None
+        #: The job as the trace describes it (``comms.distributed_info``), or None.
+        self.distributed = None
+        self._by_rf: Optional[Dict[Any, Dict[str, Any]]] = None
 
     def of(self, node: Dict[str, Any]) -> Optional[Tuple[Optional[float], Optional[float]]]:
         return self.times.get(node["id"])
+
+    def span_us(self, node: Dict[str, Any]) -> Optional[float]:
+        """The recorded duration (µs) of any node's Kineto event (by record-function id, the
+        names agreeing): a collective backend's span on its own thread."""
+        if self._by_rf is None:
+            self._by_rf = {}
+            for event in self.cpu:
+                rf = (event.get("args") or {}).get("Record function id")
+                if rf is not None:
+                    self._by_rf.setdefault(rf, event)
+        event = self._by_rf.get(attr(node, "rf_id"))
+        if event is None or event.get("name") != node.get("name"):
+            return None
+        duration = float(event.get("dur", 0))
+        return round(duration, 3) if _sane(duration) else None
 
 
 def _events(trace: Dict[str, Any], window: Optional[Tuple[float, float]]):
@@ -241,6 +260,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
     if threads is not None:
         summary["num_threads"] = threads
     join = KinetoJoin(times, summary)
+    join.distributed = distributed_info(kineto, source or "Kineto trace")
     join.events = {node_id: matched[node_id][0] for node_id in wanted if matched.get(node_id)}
     join.window_event, join.cpu, join.cost = window_event, cpu, cost
     if steps is not None and steps.selected:
