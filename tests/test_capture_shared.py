@@ -41,7 +41,8 @@ def test_resnet_replays_on_cpu_with_per_step_counts(resnet):
     assert "aten::batch_norm" in spec and "aten::native_batch_norm_backward" in spec
     report = resnet.report()
     assert report["no_kernel_on_target"] == []
-    assert {g["kind"] for g in report["not_captured"]} == {"collective"}
+    assert report["not_captured"] == []  # its collectives too: a job of one rank
+    assert {"c10d::allreduce_", "c10d::broadcast_"} <= set(spec)
     planned = param_compute.run(spec, dry_run=True).records
     assert sum(r["count"] for r in planned) == resnet.captured_calls
     result = param_compute.run(smallest_per_op(spec), warmup=0, iteration=1,

@@ -33,6 +33,8 @@ log = logging.getLogger("param_compute")
 
 #: The backend of a job's groups by the run's device kind: a fixed table.
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
+#: torch's name for the default process group (``pg_config``'s ``pg_name``).
+TORCH_DEFAULT = "0"
 #: What ``--dist-backend`` may name.
 CHOICES = ("auto", "gloo", "nccl")
 #: How long the ranks still answering have to report in after a failure (s).
@@ -71,9 +73,12 @@ def backend_error(exc: BaseException) -> str:
 def group_plan(process_groups: Optional[Dict[str, Any]], world_size: int
                ) -> List[Tuple[str, List[int], bool]]:
     """(name, ranks, is the default group) for every group to make, in the same order on every
-    rank (by name); ``world`` always, as the default group."""
+    rank (by name); ``world`` always, as the default group, and torch's name for it, ``0``,
+    where the spec names no group ``0`` (a capture's collectives name the group they ran on)."""
     out: List[Tuple[str, List[int], bool]] = [(WORLD, list(range(world_size)), True)]
     groups = (process_groups or {}).get("groups") or {}
+    if TORCH_DEFAULT not in groups:
+        out.append((TORCH_DEFAULT, list(range(world_size)), True))
     for name in sorted(groups):
         if name == WORLD:
             continue
