@@ -158,3 +158,24 @@ def recorded_group(tree: TraceTree, node: Dict[str, Any]) -> Optional[str]:
                 return values[2][0]
         stack.extend(tree.children.get(child["id"], []))
     return None
+
+
+def _union(spans: List[tuple]) -> List[tuple]:
+    merged: List[list] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(span) for span in merged]
+
+
+def uncovered(spans: List[tuple], cover: List[tuple]) -> float:
+    """How long the union of ``spans`` lies outside the union of ``cover`` (same unit)."""
+    covering = _union(cover)
+    total = 0.0
+    for start, end in _union(spans):
+        inside = sum(max(0.0, min(end, b) - max(start, a)) for a, b in covering
+                     if a < end and b > start)
+        total += (end - start) - inside
+    return total

@@ -32,7 +32,8 @@ from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUT
                                           tensor_spec)
 from param_compute.capture.workload import CapturedWorkload
 from param_compute.capture.collectives import collective_call
-from param_compute.capture.trace.comms import DEFAULT_GROUP, backend_nodes, recorded_group
+from param_compute.capture.trace.comms import (DEFAULT_GROUP, backend_nodes, recorded_group,
+                                               uncovered)
 from param_compute.operators.collectives import kind_of
 
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
@@ -325,12 +326,29 @@ class CollectiveSource:
             return None
         return self.timing.span_us(span)
 
+    def exposed_us(self) -> Optional[float]:
+        """The collectives' communication not hidden behind the rank's own calls: their
+        backend spans' union less the part covered by the top-level calls' spans (µs)."""
+        if self.timing is None or not self.spans:
+            return None
+        comm = []
+        for span in self.spans.values():
+            event = self.timing.event_of(span)
+            if event is not None:
+                comm.append((float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
+        busy = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+                for e in self.timing.events.values()]
+        return round(uncovered(comm, busy), 1) if comm else None
+
     def describe(self) -> Optional[Dict[str, Any]]:
         """The capture report's ``distributed``: the job as the trace has it."""
         if not self.calls and self.info is None:
             return None
         out: Dict[str, Any] = {"collectives": self.calls,
                                "backend_spans": len(self.spans)}
+        exposed = self.exposed_us()
+        if exposed is not None:
+            out["exposed_us"] = exposed
         if self.info is not None:
             out.update({"rank": self.info.rank, "world_size": self.info.world_size,
                         "backend": self.info.backend, "groups": self.info.groups})

@@ -65,6 +65,14 @@ class KinetoJoin:
     def span_us(self, node: Dict[str, Any]) -> Optional[float]:
         """The recorded duration (µs) of any node's Kineto event (by record-function id, the
         names agreeing): a collective backend's span on its own thread."""
+        event = self.event_of(node)
+        if event is None:
+            return None
+        duration = float(event.get("dur", 0))
+        return round(duration, 3) if _sane(duration) else None
+
+    def event_of(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Any node's Kineto event, by record-function id (the names agreeing)."""
         if self._by_rf is None:
             self._by_rf = {}
             for event in self.cpu:
@@ -74,8 +82,7 @@ class KinetoJoin:
         event = self._by_rf.get(attr(node, "rf_id"))
         if event is None or event.get("name") != node.get("name"):
             return None
-        duration = float(event.get("dur", 0))
-        return round(duration, 3) if _sane(duration) else None
+        return event
 
 
 def _events(trace: Dict[str, Any], window: Optional[Tuple[float, float]]):
