@@ -63,6 +63,8 @@ class JobCapture:
     """Several ranks' workloads joined into one job (see the module's doc)."""
 
     def __init__(self, workloads: Sequence[CapturedWorkload], sources: Sequence[str]):
+        if not workloads:
+            raise JobError("no rank's capture to make a job of")
         ranked: Dict[int, CapturedWorkload] = {}
         worlds = set()
         for place, workload in enumerate(workloads):
