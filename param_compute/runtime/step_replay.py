@@ -283,7 +283,8 @@ class StepReplay:
                     try:
                         self._wait(call.waits)
                     except Exception as exc:  # a job's collective that never completed
-                        raise StepCallFailed(index, call.run_key, exc) from exc
+                        failed = getattr(exc, "at", index)
+                        raise StepCallFailed(failed, self.calls[failed].run_key, exc) from exc
                 try:
                     result = call.func(*call.args, **call.kwargs)
                     if call.issues:  # (the c10d op's result, its work)
@@ -310,8 +311,8 @@ class StepReplay:
         try:
             self._wait(range(len(self.works)))
         except Exception as exc:
-            raise StepCallFailed(len(self.calls), "the step's end (waiting its collectives)",
-                                 exc) from exc
+            failed = getattr(exc, "at", 0)
+            raise StepCallFailed(failed, self.calls[failed].run_key, exc) from exc
         self._plan = None  # calls may have failed, fills been replaced: built again
         self.device.clock.synchronize()
         repeated = {key: count for key, count in failing.items() if count > 1}
@@ -346,7 +347,7 @@ class StepReplay:
                 at[0] = len(self.calls)
                 self._wait(range(len(self.works)), comm)
         except Exception as exc:
-            index = at[0]
+            index = getattr(exc, "at", at[0])  # a wait names the collective it waited
             key = self.calls[index].run_key if 0 <= index < len(self.calls) \
                 else "the step's end (waiting its collectives)"
             raise StepCallFailed(index, key, exc) from exc
@@ -435,7 +436,11 @@ class StepReplay:
             work = works[call]
             if work is not None:
                 works[call] = None
-                work.wait()
+                try:
+                    work.wait()
+                except Exception as exc:  # the collective it waits failed: name that one
+                    exc.at = call
+                    raise
                 if comm is not None:
                     comm["done"].setdefault(call, time.perf_counter_ns())
         if comm is not None:
