@@ -163,6 +163,16 @@ def test_a_job_replays_on_two_ranks_and_its_files_are_read_together(tmp_path):
     assert alone.returncode == 0 and "rank 1 of a job of 2" in alone.stderr
     wrong = run_cli(files[0], files[0], module="param_compute.workload_totals")
     assert wrong.returncode == 2 and "rank 0 given twice" in wrong.stderr
+    # the report and the history take them together too
+    report = run_cli(*files, "-o", tmp_path / "job.html", module="param_compute.report")
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "job.html").read_text()
+    assert "A job of 2 ranks" in html and "busbw GB/s" in html
+    history = run_cli("add", "--db", tmp_path / "h.db", "--label", "a", *files,
+                      module="param_compute.history")
+    assert history.returncode == 0, history.stderr
+    assert "the job's in-step replay" in history.stdout and "median over its 2 ranks" \
+        in history.stdout
 
 
 def test_an_allreduce_sweep_gives_time_algbw_and_busbw_per_size(tmp_path):

@@ -133,3 +133,40 @@ def format_job(job: Dict[str, Any]) -> str:
                      f"{_ms(r['isolated_ms'])}" for r in entry["ranks"]]
             lines.append(f"    {entry['op']}: " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def job_html(job: Dict[str, Any]) -> str:
+    """The report's section for a job: its totals and each rank's compute and communication."""
+    from html import escape
+
+    head = ("rank", "in-step ms", "compute, original", "compute, in-step",
+            "communication, original", "communication, in-step",
+            "not hidden, original", "not hidden, in-step")
+    rows = []
+    for ledger in job["ranks"]:
+        compute = ledger.get("compute") or {}
+        comm = ledger.get("communication") or {}
+        cells = (ledger["rank"], _ms(ledger.get("in_step_ms")), _ms(compute.get("original_ms")),
+                 _ms(compute.get("in_step_ms")), _ms(comm.get("original_ms")),
+                 _ms(comm.get("in_step_ms")), _ms(comm.get("original_exposed_ms")),
+                 _ms(comm.get("in_step_exposed_ms")))
+        rows.append("<tr>" + "".join(f"<td class=\"num\">{escape(str(c))}</td>"
+                                     for c in cells) + "</tr>")
+    collectives = "".join(
+        f"<tr><td>{escape(entry['op'])}</td><td class=\"num\">{r['rank']}</td>"
+        f"<td class=\"num\">{_ms(r['original_ms'])}</td>"
+        f"<td class=\"num\">{_ms(r['in_step_ms'])}</td>"
+        f"<td class=\"num\">{_ms(r['isolated_ms'])}</td></tr>"
+        for entry in job["collectives"] for r in entry["ranks"])
+    return (f"<h2>A job of {job['world_size']} ranks</h2>"
+            f"<p>In-step replay {_ms(job['in_step_ms'])} ms per step: the median over the "
+            "ranks of each rank's step (per rank: "
+            + escape(", ".join(_ms(v) for v in job["per_rank_in_step_ms"])) + " ms); real "
+            f"step {_ms(job['real_step_ms'])} ms.</p>"
+            "<p class=\"note\">ms per step; communication not hidden behind compute: the "
+            "time the rank waited on its collectives.</p><table><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>"
+            + ("<table><thead><tr><th>collective</th><th>rank</th><th>original ms</th>"
+               "<th>in-step ms</th><th>isolated ms</th></tr></thead><tbody>"
+               + collectives + "</tbody></table>" if collectives else ""))
