@@ -169,7 +169,7 @@ def test_a_job_replays_on_two_ranks_and_its_files_are_read_together(tmp_path):
     html = (tmp_path / "job.html").read_text()
     assert "A job of 2 ranks" in html and "busbw GB/s" in html
     history = run_cli("add", "--db", tmp_path / "h.db", "--label", "a", *files,
-                      module="param_compute.history")
+                      module="param_compute.cli.history")
     assert history.returncode == 0, history.stderr
     assert "the job's in-step replay" in history.stdout and "median over its 2 ranks" \
         in history.stdout
