@@ -177,9 +177,11 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     in_step_comms = _object(step.get("collectives"))
     ops: Dict[str, Dict[str, Any]] = {}
     partial = set()
+    seen = set()  # the run keys the records hold
     for record in records:
         if not isinstance(record, dict):
             continue
+        seen.add(key_of(str(record.get("op_name")), record.get("id")))
         count = record.get("count")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             continue
@@ -217,6 +219,7 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
                     row[field] = (row[field] or 0.0) + per_call * calls
     for op, field in partial:
         ops[op][field] = None
+    _step_only(ops, in_step_configs, in_step_comms, seen, device_side)
     original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
     how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
     # Originals come from a profiler trace unless the capture timed them live.
@@ -246,6 +249,35 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
                                  r["isolated_ms"] or 0))
     return _totals(rows, step, original_info, missing, device_side)
+
+
+def _step_only(ops: Dict[str, Dict[str, Any]], configs: Dict[str, Any], comms: Dict[str, Any],
+               seen: set, device_side: bool) -> None:
+    """Configs the step replayed whose isolated runs are not in the file (filtered out):
+    their in-step time and original (the step file's, per call) still count for their op."""
+    for key, in_step in configs.items():
+        if key in seen or not isinstance(in_step, dict):
+            continue
+        op = str(key).rpartition("|")[0].rpartition("|")[0].rpartition("|")[0]
+        calls = _calls(in_step.get("calls"))
+        if not op or not calls:
+            continue
+        collective = is_collective(op)
+        comm = _object(comms.get(key))
+        per_call = measured(comm.get("comm_us")) if collective else \
+            measured(in_step.get("in_step_us"))
+        original = measured(comm.get("original_comm_us")) if collective else \
+            measured(in_step.get("original_us"))
+        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
+                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
+                                  "original_faults": None, "in_step_faults": None,
+                                  "collective": collective})
+        row["configs"] += 1
+        row["calls"] += calls
+        if per_call is not None:
+            row["in_step_ms"] = (row["in_step_ms"] or 0.0) + per_call * calls / 1e3
+        if original is not None and not device_side:
+            row["original_ms"] = (row["original_ms"] or 0.0) + original * calls / 1e3
 
 
 def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:

@@ -139,10 +139,15 @@ def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
     count = len(replay.calls)
     comms: collections.deque = collections.deque(maxlen=MAX_CALL_PASSES)
     collectives = any(call.collective for call in replay.calls)
+    # a job's ranks (``measure.ranks``) start each call-timed step together too
+    together = measurer.device.clock.barrier if hasattr(measurer.device.clock, "agree") \
+        else None
 
     def call_timed() -> None:  # untimed by the step's clock: a clock around every call
         times = [0] * count
         starts = array.array("q", bytes(8 * count))  # where each call began (the timeline)
+        if together is not None:
+            together()
         if collectives:
             replay.begin_comm_pass()
         replay.run_step_timed(times, starts)
@@ -230,6 +235,7 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
     # system calls would otherwise sit between the timed calls).
     faults = replay.count_faults(FAULT_PASSES) if host else None
     originals = [entry.get("faults") for entry in replay.step["calls"]]
+    original_us = [entry.get("original_us") for entry in replay.step["calls"]]
     configs = {}
     for key, indices in per_config.items():
         per_pass = [sum(times[i] for i in indices) / len(indices) / 1e3 for times in passes]
@@ -240,6 +246,9 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
         known = [originals[i] for i in indices if originals[i] is not None]
         if len(known) == len(indices):
             configs[key]["original_faults"] = round(sum(known) / len(known), 1)
+        times = [original_us[i] for i in indices if original_us[i] is not None]
+        if len(times) == len(indices):  # the ledger's original where the run has no record
+            configs[key]["original_us"] = round(sum(times) / len(times), 3)
     failed = [{"call": i, "run": c.run_key, "error": c.failed}
               for i, c in enumerate(replay.calls) if c.failed is not None]
     out = {"calls": len(replay.calls), "replayed_calls": len(replay.calls) - len(failed),
