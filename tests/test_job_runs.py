@@ -69,26 +69,24 @@ def job_files(tmp_path: Path, size: int = 4096):
     add_ reads it), and the add_; with the originals a capture writes."""
     ranks = {"0": {"count": 1}, "1": {"count": 1}}
     side = int(size ** 0.5)
+    square = [_tensor(side, side), _tensor(side, side)]
+
+    def aten(op, cpu_us):
+        return {**GENERATORS, "config": [{"build": [{"args": [{"type": "str",
+                                                              "value": _schema(op)}]}],
+                                          "input": [{"args": square, "count": 2,
+                                                     "ranks": ranks,
+                                                     "original_us": {"cpu": cpu_us}}]}]}
+    times = {"cpu": 20.0, "device": None, "comm": 300.0}
     spec = {
-        "aten::mm": {**GENERATORS, "config": [{"build": [{"args": [{"type": "str", "value":
-                                                                    _schema(torch.ops.aten.mm.default)}]}],
-                                                "input": [{"args": [_tensor(side, side),
-                                                                    _tensor(side, side)],
-                                                           "count": 2, "ranks": ranks,
-                                                           "original_us": {"cpu": 40.0}}]}]},
+        "aten::mm": aten(torch.ops.aten.mm.default, 40.0),
         "c10d::allreduce_": {**GENERATORS, "config": [{"input": [{
             "args": [_tensor(side, side)],
             "kwargs": {"group": {"type": "str", "value": "0"},
                        "async_op": {"type": "bool", "value": True}},
-            "count": 2, "original_us": {"cpu": 20.0, "device": None, "comm": 300.0},
-            "ranks": {r: {"count": 1, "original_us": {"cpu": 20.0, "device": None,
-                                                        "comm": 300.0}} for r in "01"}}]}]},
-        "aten::add_": {**GENERATORS, "config": [{"build": [{"args": [{"type": "str", "value":
-                                                                      _schema(torch.ops.aten.add_.Tensor)}]}],
-                                                  "input": [{"args": [_tensor(side, side),
-                                                                      _tensor(side, side)],
-                                                             "count": 2, "ranks": ranks,
-                                                             "original_us": {"cpu": 10.0}}]}]},
+            "count": 2, "original_us": times,
+            "ranks": {r: {"count": 1, "original_us": times} for r in "01"}}]}]},
+        "aten::add_": aten(torch.ops.aten.add_.Tensor, 10.0),
         "__process_groups__": {"world_size": 2, "groups": {
             "0": {"ranks": [0, 1], "backend": "gloo", "desc": "default_pg"}}},
     }

@@ -187,10 +187,7 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
             continue
         op = str(record.get("op_name"))
         collective = is_collective(op)
-        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
-                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
-                                  "original_faults": None, "in_step_faults": None,
-                                  "collective": collective})
+        row = ops.setdefault(op, _row(op, collective))
         row["configs"] += 1
         row["calls"] += count
         original = _original_side(record.get("original_us"), device_side, collective)
@@ -251,6 +248,13 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     return _totals(rows, step, original_info, missing, device_side)
 
 
+def _row(op: str, collective: bool) -> Dict[str, Any]:
+    """An op's row of the ledger, before its configs are added up."""
+    return {"op": op, "configs": 0, "calls": 0, "original_ms": None, "in_step_ms": None,
+            "isolated_ms": None, "failed": 0, "original_faults": None,
+            "in_step_faults": None, "collective": collective}
+
+
 def _step_only(ops: Dict[str, Dict[str, Any]], configs: Dict[str, Any], comms: Dict[str, Any],
                seen: set, device_side: bool) -> None:
     """Configs the step replayed whose isolated runs are not in the file (filtered out):
@@ -268,10 +272,7 @@ def _step_only(ops: Dict[str, Dict[str, Any]], configs: Dict[str, Any], comms: D
             measured(in_step.get("in_step_us"))
         original = measured(comm.get("original_comm_us")) if collective else \
             measured(in_step.get("original_us"))
-        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
-                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
-                                  "original_faults": None, "in_step_faults": None,
-                                  "collective": collective})
+        row = ops.setdefault(op, _row(op, collective))
         row["configs"] += 1
         row["calls"] += calls
         if per_call is not None:

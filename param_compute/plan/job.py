@@ -33,6 +33,7 @@ from param_compute.operators.collectives import WORLD, is_collective, kind_of
 #: Point-to-point kinds: replayed in the step, never measured alone (a send needs its recv).
 STEP_ONLY = frozenset({"send", "recv"})
 from param_compute.plan.runplan import PlannedRun
+from param_compute.plan.sharding import local_device, tagged
 from param_compute.spec.job import for_rank
 
 
@@ -60,18 +61,13 @@ class JobRank:
     def path(self, path: Path) -> Path:
         """``out.json`` -> ``out.rank0of2.json`` (a world of one, or a dry run outside
         torchrun, keeps ``out.json``)."""
-        path = Path(path)
         if self.world_size == 1 or self.source == "dry-run":
-            return path
-        if path.suffix:
-            return path.with_name(f"{path.stem}.{self.tag}{path.suffix}")
-        return path.with_name(f"{path.name}.{self.tag}")
+            return Path(path)
+        return tagged(path, self.tag)
 
     def device(self, device: str) -> str:
         """A bare ``cuda`` is this rank's GPU, ``cuda:LOCAL_RANK``."""
-        if device == "cuda" and self.local_rank is not None:
-            return f"cuda:{self.local_rank}"
-        return device
+        return local_device(device, self.local_rank)
 
     def header(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"rank": self.rank, "world_size": self.world_size,
