@@ -11,9 +11,10 @@ reads it. Calls that were not captured produce nothing a replay can feed: their 
 keys are forgotten, so a consumer gets a generated tensor rather than a stale one.
 
 Async collectives: a collective issued asynchronously (``asynchronous``) is waited, in the
-replay, where the original must have waited it: right before the first later call that reads
-or writes memory it touched (the same tensor or the same storage; a call not captured hands
-the wait on to the next captured call), else at the step's end. The step file says so in that
+replay, where the original waited it: where the trace records the wait (``waited``: NCCL's
+``record_param_comms`` ``wait``), else right before the first later call that reads or writes
+memory it touched (the same tensor or the same storage; a call not captured hands the wait on
+to the next captured call), else at the step's end. The step file says so in that
 call's ``waits``.
 
 A live capture also sees when each output was released (``released``): a gradient stored in
@@ -66,6 +67,17 @@ class StepRecorder:
         #: call not captured handed on to the next captured one.
         self._in_flight: Dict[Hashable, int] = {}
         self._handed: List[int] = []
+        #: An async collective's sequence number (a trace's ``record_param_comms``) -> its call.
+        self._by_seq: Dict[int, int] = {}
+
+    def waited(self, seq: int) -> None:
+        """The trace records that the collective numbered ``seq`` was waited here: the next
+        captured call waits it."""
+        index = self._by_seq.pop(seq, None)
+        if index is None:
+            return
+        self._in_flight = {k: v for k, v in self._in_flight.items() if v != index}
+        self._handed.append(index)
 
     def _waits(self, slots: Sequence[TensorSlot]) -> List[int]:
         """The async collectives whose memory these tensors touch: waited now."""
@@ -83,12 +95,14 @@ class StepRecorder:
     def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
              outputs: Sequence[TensorSlot], original_us: Optional[float] = None,
              faults: Optional[float] = None, gap_us: Optional[float] = None,
-             asynchronous: bool = False, comm_us: Optional[float] = None) -> None:
+             asynchronous: bool = False, comm_us: Optional[float] = None,
+             seq: Optional[int] = None) -> None:
         """One call of the step, in order; ``config`` is None for a call not captured;
         ``original_us`` and ``faults``: its time and minor page faults in the original,
         ``gap_us`` the host time before it that no captured call took (its shape);
         ``asynchronous``: an async collective (its work waited later, ``waits``), and
-        ``comm_us`` a collective's communication time in the original."""
+        ``comm_us`` a collective's communication time in the original, ``seq`` its sequence
+        number where the trace gives one (``waited``)."""
         waits = self._waits(list(inputs) + list(outputs))
         if config is None:
             self._handed.extend(waits)
@@ -123,6 +137,8 @@ class StepRecorder:
         if comm_us is not None:
             entry["comm_us"] = round(float(comm_us), 3)
         if asynchronous:  # its memory is the collective's until waited
+            if seq is not None:
+                self._by_seq[seq] = index
             for _, exact, layout in list(inputs) + list(outputs):
                 for key in (exact, layout, _storage(layout)):
                     if key is not None:

@@ -5,8 +5,10 @@
   (``pg_name``), description, size and global ``ranks``. ``distributed_info`` reads and checks
   it (untrusted: a wrong type is a ``TraceError`` naming the file and field).
 * **A call's group.** NCCL (and older) traces record a ``record_param_comms`` node below each
-  ``c10d::`` call, with its ``pg_name``; gloo records none, and a call is then on the default
-  group (``DEFAULT_GROUP``, torch's name for it), which the capture report says.
+  ``c10d::`` call, with its ``pg_name`` and a sequence number; gloo records none, and a call is
+  then on the default group (``DEFAULT_GROUP``, torch's name for it), which the capture report
+  says. A ``record_param_comms`` named ``wait`` marks where a collective (by its sequence
+  number) was waited (``wait_records``).
 * **Communication time.** The backend runs a collective on its own thread, under a
   ``gloo:<name>`` (or ``nccl:<name>``) record-function node that the trace holds right after the
   ``c10d::`` call's (by id), over the call's tensors: ``backend_nodes`` pairs each call with
@@ -137,6 +139,51 @@ def backend_nodes(tree: TraceTree, calls: List[Dict[str, Any]]) -> Dict[Any, Dic
         span = next((s for s in free if tensors & _tensor_ids(s)), free[0])
         taken.add(span["id"])
         out[call["id"]] = span
+    return out
+
+
+def _record(tree: TraceTree, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The ``record_param_comms`` node below a call (NCCL and older traces), if any."""
+    stack = list(tree.children.get(node["id"], []))
+    seen = 0
+    while stack and seen < 64:
+        child = stack.pop()
+        seen += 1
+        if child.get("name") == "record_param_comms":
+            return child
+        stack.extend(tree.children.get(child["id"], []))
+    return None
+
+
+def _values(node: Dict[str, Any]) -> list:
+    inputs = node.get("inputs")
+    values = inputs.get("values") if isinstance(inputs, dict) else inputs
+    return values if isinstance(values, list) else []
+
+
+def recorded_seq(tree: TraceTree, node: Dict[str, Any]) -> Optional[int]:
+    """The sequence number a call's ``record_param_comms`` gives its collective (what the
+    trace's ``wait`` records name)."""
+    record = _record(tree, node)
+    values = _values(record) if record is not None else []
+    seq = values[1] if len(values) > 1 else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def wait_records(tree: TraceTree, window: Optional[set]) -> List[tuple]:
+    """(node, sequence number) of each ``record_param_comms`` ``wait`` in the window: where
+    the original waited a collective's work (NCCL traces record them for some: DDP's
+    broadcasts)."""
+    out = []
+    for node in tree.nodes:
+        if node.get("name") != "record_param_comms" or attr(node, "collective_name") != "wait":
+            continue
+        if window is not None and node["id"] not in window:
+            continue
+        values = _values(node)
+        seq = values[0] if values else None
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            out.append((node, seq))
     return out
 
 

@@ -33,7 +33,8 @@ from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUT
 from param_compute.capture.workload import CapturedWorkload
 from param_compute.capture.collectives import collective_call
 from param_compute.capture.trace.comms import (DEFAULT_GROUP, backend_nodes, recorded_group,
-                                               uncovered)
+                                               recorded_seq, uncovered, wait_records)
+from param_compute.capture.trace.step import WAITED
 from param_compute.operators.collectives import kind_of
 
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
@@ -253,6 +254,8 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         config = _add_node(workload, node, recovered, original, comms, collective)
         in_order.append((node, config, original[0] if original else None,
                          collective or None))
+    for node, seq in wait_records(tree, window):  # where the original waited a collective
+        in_order.append((node, WAITED, None, {"wait": seq}))
     from param_compute.capture.trace.step import record_trace_step
 
     in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
@@ -261,7 +264,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         from param_compute.capture.trace.kineto import host_timeline
 
         timeline, workload.kineto["host_gaps"] = host_timeline(
-            timing, [item[0] for item in in_order])
+            timing, [item[0] for item in in_order if item[1] is not WAITED])
     record_trace_step(workload.step, in_order, timeline)
     if timeline is not None and not any(c.get("gap_us") is not None
                                         for c in workload.step.calls):
@@ -382,7 +385,7 @@ def _add_collective(workload: CapturedWorkload, node: Dict[str, Any], label: str
     comm = comms.comm_us(node, original)
     workload.add_collective(label, args, kwargs, original, comm)
     collective.update({"async": bool(kwargs.get("async_op", {}).get("value")), "comm_us": comm,
-                       "base": base})
+                       "base": base, "seq": recorded_seq(comms.tree, node)})
     return workload.last_config
 
 

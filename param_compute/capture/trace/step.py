@@ -14,6 +14,9 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 
 from param_compute.capture.schema_args import schema_arguments
 from param_compute.capture.collectives import replay_path
+
+#: ``record_trace_step``'s config for a trace's record of where a collective was waited.
+WAITED = object()
 from param_compute.capture.step.dataflow import StepRecorder, TensorSlot
 from param_compute.capture.trace.walk import attr
 from param_compute.capture.values import split_types
@@ -101,6 +104,9 @@ def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Any, ...]],
     time to the next captured call's gap (or, after the last, to the tail)."""
     pending = 0.0
     for node, config, original, collective in calls:
+        if config is WAITED:  # the trace's record of a collective's work waited here
+            recorder.waited(collective["wait"])
+            continue
         try:
             inputs, outputs = node_slots(node)
         except Exception:  # an odd node's dataflow is not worth ending the capture
@@ -118,7 +124,8 @@ def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Any, ...]],
                 gap, pending = pending + host[0], 0.0
         recorder.call(config, inputs, outputs, original, gap_us=gap,
                       asynchronous=bool(collective and collective["async"]),
-                      comm_us=collective["comm_us"] if collective else None)
+                      comm_us=collective["comm_us"] if collective else None,
+                      seq=collective.get("seq") if collective else None)
     if timeline is not None:
         recorder.real_host_us = timeline.real_host_us
         recorder.real_host_from = "profiled"  # an upper bound: see ``kineto``
