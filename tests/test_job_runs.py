@@ -14,7 +14,6 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 import torch

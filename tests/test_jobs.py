@@ -17,7 +17,6 @@ from conftest import write_spec
 from param_compute.capture.collectives import collective_call, replay_path
 from param_compute.capture.job import JobCapture, JobError
 from param_compute.capture.trace.comms import distributed_info, uncovered
-from param_compute.capture.trace.execution_trace import capture_execution_trace
 from param_compute.cli.capture import main as capture_main
 from param_compute.errors import OptionsError, SpecError
 from param_compute.measure.devices import Device
@@ -147,7 +146,6 @@ def test_job_spec_validates_and_bad_groups_or_ranks_are_named(tmp_path):
 
 
 def test_a_job_runs_each_rank_part_collectives_first_and_is_never_sharded():
-    spec = param_compute.pipeline.loading  # noqa: B018  (the module exists)
     from param_compute.runtime.toolchain import Toolchain
 
     validated = Toolchain.start().validate(job_spec(), "job.json")

@@ -15,8 +15,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import torch
-
 from param_compute.operators.collectives import KINDS, REDUCE_OPS, WORLD, Kind
 from param_compute.plugins.interfaces import OperatorInterface
 

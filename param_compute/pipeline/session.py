@@ -161,6 +161,10 @@ class Session:
             if given:
                 raise OptionsError(f"{name}: a job's collectives run in each rank's own "
                                    "process, with its process groups; drop it")
+        if self.outputs.resume:
+            raise OptionsError("--resume: each rank of a job would skip what its own file "
+                               "holds and wait in collectives its peers skip; run the job "
+                               "again")
         self.shard = None
         source = str(self.spec_path) if self.spec_path else self.spec.source
         self.job_rank = resolve_rank(self.spec, source, dry_run=options.dry_run)

@@ -331,17 +331,23 @@ class CollectiveSource:
 
     def exposed_us(self) -> Optional[float]:
         """The collectives' communication not hidden behind the rank's own calls: their
-        backend spans' union less the part covered by the top-level calls' spans (µs)."""
+        backend spans' union less the part covered by the top-level calls' spans (µs); where
+        the Kineto trace holds several steps, the mean over them."""
         if self.timing is None or not self.spans:
             return None
-        comm = []
-        for span in self.spans.values():
-            event = self.timing.event_of(span)
-            if event is not None:
-                comm.append((float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))))
-        busy = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-                for e in self.timing.events.values()]
-        return round(uncovered(comm, busy), 1) if comm else None
+        matched = self.timing.matched
+        comm_events = [matched.get(span["id"]) or [] for span in self.spans.values()]
+        busy_events = [matched.get(node_id) or [] for node_id in self.timing.events]
+        steps = min((len(events) for events in comm_events if events), default=0)
+        if not steps:
+            return None
+
+        def interval(event):
+            return float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))
+        per_step = [uncovered([interval(events[j]) for events in comm_events if len(events) > j],
+                              [interval(events[j]) for events in busy_events if len(events) > j])
+                    for j in range(steps)]
+        return round(sum(per_step) / steps, 1)
 
     def describe(self) -> Optional[Dict[str, Any]]:
         """The capture report's ``distributed``: the job as the trace has it."""
