@@ -15,7 +15,8 @@ Reading (untrusted input):
   ``fstat`` first, then at most ``limit + 1`` bytes read (a file growing meanwhile is caught);
   ``regular_only=False`` (a spec given as ``<(cat spec)``) opens blocking, so a FIFO's writer is
   waited for, and reads it within the same bound. :func:`read_at_most` is the bound on any
-  stream (a decompressing one included). :func:`check_regular` checks a path without opening it.
+  stream (a decompressing one included). :func:`check_regular` checks a path without opening it;
+  :func:`read_head` reads a file's first bytes (a database's header, before its driver opens it).
 
 Writing (never through a planted link):
 
@@ -201,6 +202,18 @@ def read_at_most(stream, limit: int, first: int = _BLOCK):
     return held
 
 
+def read_head(path: PathLike, size: int, follow_links: bool = True,
+              error: Optional[ErrorMaker] = None) -> bytes:
+    """The first ``size`` bytes of the regular file ``path`` (fewer where it is shorter): a
+    file's header, read before anything else opens it (:func:`open_regular`'s refusals)."""
+    with open_regular(path, follow_links, error=error) as stream:
+        try:
+            return stream.read(size)
+        except OSError as exc:
+            _raise(_open_error(path, exc, False), error)
+            raise  # not reached
+
+
 def _over(path: PathLike, limit: int, size: Optional[int] = None) -> FileRefused:
     said = f"{size} bytes, over" if size is not None else "over"
     return FileRefused(path, TOO_LARGE, f"{said} the {limit}-byte limit")
@@ -364,12 +377,29 @@ class LineFile:
 def write_new(path: PathLike, text: Union[str, bytes]) -> None:
     """Write ``text`` as the file ``path``: into a new file beside it (a random name, created
     with ``O_EXCL | O_NOFOLLOW``), synced and renamed over ``path`` once complete (atomic: a
-    reader never sees half a file; whatever was at ``path``, a planted link included, is
-    replaced, never written through). A failed write (a full disk) removes the new file and
-    raises :class:`FileRefused` naming ``path``, which is left as it was."""
+    reader never sees half a file; a regular file or a planted link at ``path`` is replaced,
+    never written through). A character device (``/dev/null``) is written to, never replaced;
+    any other file that is no regular one is refused (:class:`FileRefused`). A failed write
+    (a full disk) removes the new file and raises :class:`FileRefused` naming ``path``, which
+    is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = text if isinstance(text, bytes) else text.encode("utf-8")
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISCHR(mode):  # /dev/null: written to, never replaced
+        fd = _open(path, os.O_WRONLY, True, True, None)  # (a rename over a device node,
+        try:                                            # as root, makes it a regular file)
+            _write_all(fd, data)
+        except OSError as exc:
+            raise _write_error(path, exc, "not written") from None
+        finally:
+            os.close(fd)
+        return
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise _not_regular(path, mode)  # a directory, FIFO, socket or block device: kept
     temp = path.with_name(f".{path.name[:100]}.{secrets.token_hex(6)}.tmp")
     fd = open_write_fd(temp, exclusive=True, error=lambda refused: FileRefused(
         path, refused.code, refused.reason, refused.kind, refused.errno or 0, refused.strerror))

@@ -1,4 +1,4 @@
-"""Text for people: times in the unit that reads best, and untrusted text made printable.
+"""Text for people: times and sizes in the unit that reads best, untrusted text made printable.
 
 Shared by the console summary, ``compare``, ``report``, the spec's and the traces' problem
 messages: :func:`printable` is the one escaping rule for text that comes from a file, a trace,
@@ -12,14 +12,26 @@ from typing import Any, Optional
 
 
 def format_ms(value: Optional[float], missing: str = "-") -> str:
-    """A time given in milliseconds, in the unit that reads best (ms or µs)."""
-    if value is None:
+    """A time given in milliseconds, in the unit that reads best (ms or µs); one that is no
+    number (NaN, infinite) is ``missing``, and an absurd one from a hostile file (1e300 ms)
+    is written with its exponent, never as three hundred digits."""
+    if value is None or value != value or value in (float("inf"), float("-inf")):
         return missing
+    if value >= 1e9:
+        return f"{value:.4g} ms"
     if value >= 100:
         return f"{value:.1f} ms"
     if value >= 1:
         return f"{value:.3f} ms"
     return f"{value * 1000:.2f} µs"
+
+
+def format_bytes(count: int) -> str:
+    """A size in bytes, in the binary unit that reads best (``2.5 GiB``, ``512 KiB``)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.4g} {unit}"
+    return f"{count} bytes"
 
 
 def cell(value: Any):

@@ -8,6 +8,7 @@ import errno
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,27 @@ def test_a_line_file_on_a_full_disk_ends_at_its_last_whole_line(tmp_path, monkey
     lines.write(b'{"line": 4}\n')
     lines.close()
     assert path.read_bytes() == b'{"line": 1}\n{"line": 4}\n'
+
+
+def test_write_new_writes_to_a_device_and_never_replaces_it(tmp_path):
+    """``-o /dev/null`` for a report or a captured spec: as root, a rename over the device
+    node made /dev/null a regular file for every process on the machine."""
+    import stat as stat_module
+
+    from param_compute.files import FileRefused, write_new
+
+    before = os.stat(os.devnull)
+    write_new(os.devnull, "discarded\n")
+    after = os.lstat(os.devnull)
+    assert stat_module.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    assert not list(Path("/dev").glob(".null.*.tmp"))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(FileRefused, match="is a FIFO, not a regular file"):
+        write_new(fifo, "x")
+    assert stat_module.S_ISFIFO(os.lstat(fifo).st_mode)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(FileRefused, match="is a directory"):
+        write_new(folder, "x")
+    assert folder.is_dir()

@@ -108,8 +108,11 @@ def test_damaged_lines_are_skipped_and_listed_the_rest_is_added(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"not a database at all, just text" * 40, "not a history database (SQLite says: file is "
-                                                "not a database)"),
+    (b"not a database at all, just text" * 40, "not a history database (not an SQLite "
+                                                "database: its first bytes are not SQLite's "
+                                                "header)"),
+    (b"SQLite format 3\x00" + b"\x00" * 4080, "not a history database (SQLite says: file is "
+                                             "not a database)"),
     (None, "is a directory, not a history database"),
 ])
 def test_a_file_that_is_no_history_database_is_named(tmp_path, content, message):
@@ -391,13 +394,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_numbers_out_of_the_store_s_range_are_not_a_crash(tmp_path):
     head = header()
     head["sys_info"]["pytorch_num_threads"] = 2**70
-    odd = record(0, 1e300)
+    odd = record(0, 1e15)  # the largest time taken from a file (results.fields.MAX_NUMBER)
     odd["stats"]["forward"]["n"] = 2**62
     odd["op_name"] = "op\nwith\ttabs \x1b[2J <and> ünïcode"
-    path = write_results(tmp_path / "r.json", head, [odd, record(1, 2**62)])
+    path = write_results(tmp_path / "r.json", head, [odd, record(1, 2**62), record(2, 1e300)])
     done = history("add", path, "--label", "v1", db=tmp_path / "h.db")
     assert done.returncode == 0, done.stderr
-    assert "on h1 cpu/x86_64 torch 2.13.0: 2 point(s)" in done.stdout  # no thread count
+    # no thread count; 2**62 and 1e300 ms are no measurements (as every tool reads them)
+    assert "on h1 cpu/x86_64 torch 2.13.0: 1 point(s) from 3 record(s), 2 without a " \
+           "measured pass" in done.stdout
     shown = history("show", db=tmp_path / "h.db")
     # control characters from the data are printed as escapes, never sent to the terminal
     assert shown.returncode == 0
@@ -551,3 +556,57 @@ def test_a_run_in_a_git_work_tree_is_labelled_by_its_commit(tmp_path):
     from param_compute.history.identity import default_label
 
     assert default_label(header) == head[:12]
+
+
+# --- outliers neither hide a step nor make one (issue 31) ----------------------------------
+
+def _history_of(tmp_path, medians, name):
+    """A database of one steady config and one whose medians are ``medians``, a label each."""
+    db = tmp_path / f"{name}.db"
+    for index, median in enumerate(medians, 1):
+        path = write_results(tmp_path / f"{name}-c{index}.json", header(start=f"s{index}"),
+                             [record(0, 2.0), record(1, median)])
+        assert history("add", path, "--label", f"c{index}", db=db).returncode == 0
+    return db
+
+
+def test_two_isolated_outliers_do_not_hide_a_step_that_three_labels_confirm(tmp_path):
+    """Two isolated 3x labels among eight used to inflate the scatter until a clean +50% step
+    confirmed by three labels passed the gate (exit 0)."""
+    clean = _history_of(tmp_path, [1, 1, 1, 1, 1, 1.5, 1.5, 1.5], "clean")
+    done = history("check", "--fail-on-regression", "10", db=clean)
+    assert done.returncode == 1, done.stdout
+    expected = ("regression: torch.mm|1|0|0 (65×64 f32) [forward] on h1 cpu/x86_64 1t torch "
+                "2.13.0: +50.0% at c6 (1.000 ms → 1.500 ms)")
+    assert expected in done.stdout.splitlines()
+    hidden = _history_of(tmp_path, [1, 3, 1, 3, 1, 1.5, 1.5, 1.5], "outliers")
+    done = history("check", "--fail-on-regression", "10", db=hidden)
+    assert done.returncode == 1, done.stdout
+    assert [line for line in done.stdout.splitlines() if line.startswith("regression")] == \
+        [expected]
+    assert "1 regression(s) of at least 10% in 2 series; 0 improvement(s)" in done.stdout
+    alone = _history_of(tmp_path, [1, 3, 1, 1, 3, 1, 1, 1], "alone")
+    done = history("check", "--fail-on-regression", "10", db=alone)
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    assert done.stdout == "0 regression(s) of at least 10% in 2 series; 0 improvement(s)\n"
+
+
+def test_isolated_outliers_anywhere_never_hide_the_step_nor_make_one():
+    """Every placement of two isolated 3x labels among eight around a +50% step at the sixth
+    label; and the step levels are the labels', never an outlier's."""
+    import itertools
+
+    level = [1, 1, 1, 1.5, 1.5, 1.5]
+    for first, second in itertools.combinations(range(8), 2):
+        if second == first + 1:  # two in a row are a level of their own, not outliers
+            continue
+        rest = iter(level)
+        medians = [3 if i in (first, second) else next(rest) for i in range(8)]
+        steps = detect(points(medians))
+        assert [(round(s.before, 3), round(s.after, 3)) for s in steps] == [(1, 1.5)], medians
+        assert points(medians)[steps[0].index].median == 1.5  # the new level's first label
+        outliers_only = [3 if i in (first, second) else 1 for i in range(8)]
+        assert detect(points(outliers_only)) == [], outliers_only
+    # two in a row at a new level are a level, as before; a lone odd label at the end is not
+    assert [s.label for s in detect(points([1, 1, 1, 2, 2, 1, 1, 1]))] == ["c4", "c6"]
+    assert detect(points([1, 1, 1, 1, 1, 3])) == []

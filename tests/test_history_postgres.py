@@ -133,3 +133,21 @@ def test_postgresql_database_of_something_else_or_unreachable(server, db):
     away = history("show", db=f"postgresql://postgres:secret@/nothere?host={server['folder']}")
     assert away.returncode == 2 and "cannot connect" in away.stderr
     assert "secret" not in away.stderr and "postgres:***@" in away.stderr
+
+
+def test_a_libpq_connection_string_and_every_credential_masked(tmp_path, server, db):
+    """``--db "host=... dbname=..."`` is PostgreSQL (it was taken for an SQLite path, and its
+    password printed); a ``?password=`` in a URL is masked as ``user:pw@`` is (issue 31)."""
+    name = db.split("@/", 1)[1].split("?")[0]
+    conninfo = f"host={server['folder']} dbname={name} user=postgres password='not used'"
+    path = write_results(tmp_path / "r.json", header(), [record(0, 1.0)])
+    done = history("add", path, "--label", "v1", db=conninfo)
+    assert done.returncode == 0, done.stderr
+    assert "▁  v1 (1)  last 1.000 ms" in history("show", db=conninfo).stdout
+    assert not list(tmp_path.glob("host=*"))  # no SQLite file of that name
+    for url in (f"postgresql://postgres@/nothere?host={server['folder']}&password=hunter2",
+                f"host={server['folder']} dbname=nothere user=postgres password=hunter2"):
+        away = history("show", db=url)
+        assert away.returncode == 2 and "cannot connect" in away.stderr, away.stderr
+        assert "hunter2" not in away.stderr and "password=***" in away.stderr
+        assert away.stderr.count("\n") == 1

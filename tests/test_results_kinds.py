@@ -192,3 +192,79 @@ def test_joined_rounds_keep_the_step_record(tmp_path, capsys):
     assert join_rounds(rounds + [garbled], out, {}) == 2  # its run joined, its step said
     assert f"{garbled}:3: step record's step.calls is not a whole number" in \
         capsys.readouterr().err
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+def _step(stats=None, metric=None, **step):
+    details = {"calls": 4, "configs": {"aten::mm|0|0|0": {"in_step_us": 1200.0, "calls": 2}},
+               **step}
+    return {"kind": "step", "op_name": "step_replay", "id": "0|0|0", "status": "ok",
+            "metric": {"step": {"measure.time": [5.0]}} if metric is None else metric,
+            "stats": {"step": {"n": 3, "median": 5.0, "ci_low": 4.9, "ci_high": 5.1}}
+            if stats is None else stats, "config": {}, "step": details}
+
+
+HOSTILE_STEPS = [  # (the step line, the warning after FILE:LINE:, or None where it is usable)
+    (_step(stats={"step": {"n": 3, "median": _NAN, "ci_low": _NAN, "ci_high": _INF}}), None),
+    (_step(stats={"step": {"n": 3, "median": 1e308, "ci_low": -1e308, "ci_high": 1e308}}),
+     None),
+    (_step(stats={"step": {"n": 1e300, "median": -5.0}}), None),
+    (_step(stats={"step": {"n": 3, "median": 1e-320, "ci_low": 0, "ci_high": 1e-319}}), None),
+    (_step(metric={"step": {"measure.time": [_NAN, _INF, -_INF]}}), None),
+    (_step(configs={"aten::mm|0|0|0": {"in_step_us": 1e308, "calls": 2**53}}), None),
+    (_step(real_step_us=_NAN, real_host_us=_INF,
+           original={"total_us": {"cpu": _NAN, "device": _INF}}), None),
+    (_step(stats={"step": {"n": 3, "median": "5"}}),
+     "step record's stats.step.median is not a number"),
+    (_step(stats={"step": {"n": 3, "median": 2**64}}),
+     "step record's stats.step.median is not a number"),
+    (_step(metric={"step": {"measure.time": ["NaN"]}}),
+     "step record's metric.step.measure.time is not a list of numbers"),
+    (_step(real_step_us="NaN"), "step record's step.real_step_us is not a number"),
+    (_step(calls=2**64), "step record's step.calls is not a whole number from 0 to "),
+    (_step(configs=["x"]), "step record's step.configs is not an object"),
+    (_step(host_gaps={"kept": "yes"}), "step record's step.host_gaps.kept is not true/false"),
+]
+
+
+def test_hostile_step_lines_in_every_tool(tmp_path):
+    """Wrong types, huge numbers, NaN and its look-alikes in a step line (issue 31): each tool
+    warns FILE:LINE for a line it cannot use, and takes no NaN, infinity or absurd time from
+    one it can: nothing printed as "nan", "inf" or a 300-digit number, no history point."""
+    import re
+
+    absurd = dict(record(1, 1e300), count=2**53)
+    for index, (line, said) in enumerate(HOSTILE_STEPS):
+        path = write_lines(tmp_path / f"s{index}.json", HEADER, record(0), absurd, line,
+                           {"finish_time": "t"})
+        db = tmp_path / f"h{index}.db"
+        outputs = []
+        for module, args in (("param_compute.workload_totals", [path]),
+                             ("param_compute.workload_totals", ["--json", path]),
+                             ("param_compute.analysis.report",
+                              [path, "-o", tmp_path / f"s{index}.html"]),
+                             ("param_compute.analysis.compare", [path, path]),
+                             ("param_compute.cli.history", ["add", path, "--label", "v",
+                                                            "--db", db]),
+                             ("param_compute.cli.history", ["show", "--db", db])):
+            done = run_cli(*args, module=module)
+            assert done.returncode == 0, (index, module, done.stderr)
+            assert "Traceback" not in done.stderr, (index, module, done.stderr)
+            if "show" not in args:  # the database holds no lines: show has none to warn
+                warned = re.search(rf"warning: {re.escape(str(path))}:4: .*\(line not used\)",
+                                   done.stderr)
+                assert bool(warned) == (said is not None), (index, module, done.stderr)
+                assert said is None or f"{path}:4: {said}" in done.stderr
+            outputs.append(done.stdout)
+        outputs.append((tmp_path / f"s{index}.html").read_text())
+        for text in outputs:
+            text = text.replace(str(tmp_path), "")
+            assert not re.search(r"\b(nan|NaN|inf|Infinity)\b|\d{25}", text), (index, text)
+        import sqlite3
+
+        with sqlite3.connect(db) as connection:
+            medians = [row[0] for row in connection.execute("SELECT median FROM points")]
+        connection.close()
+        assert all(0 < m <= 1e15 for m in medians), (index, medians)

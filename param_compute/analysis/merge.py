@@ -76,6 +76,7 @@ class _Place:
     offset: int
     size: int
     digest: bytes
+    ms_per_unit: float = 1.0  # the unit its shard's header declared (read in milliseconds)
 
 
 def _check_fit(shards: List[ResultsStream], partial: bool
@@ -129,7 +130,8 @@ def merge_shards(shards: List[ResultsStream], partial: bool = False
         for _, record in results:
             key = run_of(record)
             line = results.line  # its place only: the parsed record is not kept
-            place = _Place(index, line.number, line.offset, line.size, _digest(record))
+            place = _Place(index, line.number, line.offset, line.size, _digest(record),
+                           line.ms_per_unit)
             other = kept.get(key)
             if other is not None:
                 if other.digest != place.digest:
@@ -188,7 +190,7 @@ def _count(finish: Dict[str, Any], key: str) -> int:
 def _records(ordered: List[Tuple[Path, _Place]], reader: LineReader) -> Iterator[Dict[str, Any]]:
     """The kept runs' records, read back from their shards in plan order."""
     for path, place in ordered:
-        record = reader.read(path, place.number, place.offset, place.size)
+        record = reader.read(path, place.number, place.offset, place.size, place.ms_per_unit)
         if _digest(record) != place.digest:
             raise ResultsFileError(f"{path}:{place.number}: changed while being merged")
         yield record

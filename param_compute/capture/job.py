@@ -242,7 +242,9 @@ class JobCapture:
         return out
 
     # -- the files -------------------------------------------------------------------------
-    def step_body(self, spec_name: str) -> Dict[str, Any]:
+    def step_body(self, spec_name: str, spec_sha256: Optional[str] = None) -> Dict[str, Any]:
+        """The version-2 step file's content (``spec_sha256``: of the spec's bytes as
+        written, so that a replay tells a step file whose spec changed since)."""
         keys = self.run_keys()
         ranks = []
         for rank, workload in enumerate(self.ranks):
@@ -251,8 +253,11 @@ class JobCapture:
                 spec_name, workload.source, step_original(workload))
             body.pop("spec", None)
             ranks.append({"rank": rank, **body})
-        return {"spec": spec_name, "source": self.spec()[CAPTURE_KEY]["source"],
+        body = {"spec": spec_name, "source": self.spec()[CAPTURE_KEY]["source"],
                 "world_size": self.world_size, "ranks": ranks}
+        if spec_sha256 is not None:
+            body["spec_sha256"] = spec_sha256
+        return body
 
     def report(self) -> Dict[str, Any]:
         ranks = []
@@ -266,13 +271,18 @@ class JobCapture:
                 "ranks": ranks}
 
     def write(self, path: Path, spec: Optional[Dict[str, Any]] = None) -> Tuple[Path, Path]:
+        import hashlib
+
         from param_compute.files import write_new
 
         path = Path(path)
-        write_new(path, json.dumps(spec if spec is not None else self.spec(), indent=1) + "\n")
+        text = (json.dumps(spec if spec is not None else self.spec(), indent=1)
+                + "\n").encode("utf-8")
+        write_new(path, text)
         report = report_path(path)
         write_new(report, json.dumps(self.report(), indent=1) + "\n")
-        write_step_file(step_path(path), self.step_body(path.name))
+        write_step_file(step_path(path), self.step_body(path.name,
+                                                        hashlib.sha256(text).hexdigest()))
         return path, report
 
     def summary_lines(self) -> List[str]:

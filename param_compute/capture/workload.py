@@ -397,18 +397,24 @@ class CapturedWorkload:
     def write_spec(self, path, spec: Dict[str, Any],
                    param_form_notes: Optional[List[Any]] = None) -> Tuple[Path, Path]:
         """Write ``spec`` (this workload's, as ``spec_and_notes`` made it) and the report."""
+        import hashlib
+
         from param_compute.files import write_new
 
         path = Path(path)
         if param_form_notes is None:  # PARAM reads every top-level key as an operator
             spec = {**spec, CAPTURE_KEY: self.settings()}
-        write_new(path, json.dumps(spec, indent=1) + "\n")
+        text = (json.dumps(spec, indent=1) + "\n").encode("utf-8")
+        write_new(path, text)
         report = report_path(path)
         write_new(report, json.dumps(self.report(param_form_notes), indent=1) + "\n")
         if self.step is not None and self.step.calls:
             from param_compute.capture.step.original import step_original
 
-            self.step.write(path, self.run_keys(), self.source, step_original(self))
+            # the spec's hash as a run computes it (a results header's spec_sha256): a replay
+            # tells a step file whose spec changed since (runtime.step_run)
+            self.step.write(path, self.run_keys(), self.source, step_original(self),
+                            hashlib.sha256(text).hexdigest())
         return path, report
 
     def run_keys(self) -> Dict[Tuple[str, str, str], str]:

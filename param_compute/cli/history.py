@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from param_compute.history.backends import DEFAULT_DB, HistoryError, driver_errors, shown
+from param_compute.formatting import printable
+from param_compute.history.backends import (DEFAULT_DB, HistoryError, driver_errors, explained,
+                                            shown)
 
 PROG = "python -m param_compute.history"
 
@@ -23,8 +25,9 @@ PROG = "python -m param_compute.history"
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, metavar="DB",
-                        help=f"the history: an SQLite file (default ./{DEFAULT_DB}) or a "
-                             "postgresql://USER@HOST/NAME URL (needs psycopg)")
+                        help=f"the history: an SQLite file (default ./{DEFAULT_DB}), or a "
+                             "postgresql://USER@HOST/NAME URL or libpq connection string "
+                             "('host=H dbname=N'; needs psycopg)")
     common.add_argument("-q", "--quiet", action="store_true",
                         help="print nothing on standard output: warnings, errors and check's "
                              "regressions only (on standard error)")
@@ -90,7 +93,12 @@ def _add(args) -> int:
     reports = []
     with open_store(args.db, create=True) as store:
         for path in args.results:
-            report = add_results(store, path, args.label, on_problem=warn_problem)
+            try:
+                report = add_results(store, path, args.label, on_problem=warn_problem)
+            except driver_errors() as exc:  # a full disk, a lost server: rolled back
+                raise HistoryError(f"{store.where}: {explained(exc, args.db)}; {printable(path)} "
+                                   "not added (its add was rolled back: the history is as it "
+                                   "was before it)") from None
             reports.append(report)
             skipped = (f"; {report.problem_count} damaged line(s) skipped (listed above)"
                        if report.problem_count else "")
@@ -189,7 +197,7 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except driver_errors() as exc:
-        print(f"error: {shown(args.db)}: {exc}", file=sys.stderr)
+        print(f"error: {shown(args.db)}: {explained(exc, args.db)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of standard output left: process.entry's to say
         raise

@@ -1,13 +1,14 @@
 """``history add``: one results file into the store, in one transaction, once.
 
-The file is streamed (``results.file.ResultsStream``): each measured pass (a finite median
-above 0) of each ``ok`` record is a point (median and its 95% interval) of the series
-(machine, op, config, pass), written in batches. Damaged lines are skipped and listed, never a reason to drop the rest. A captured
-workload's step totals are series too (``workload step``): Σ median × count (the isolated
-replay) and, when the file holds a step replay, the in-step total (``analysis.ledger``). A
-job's rank files (``analysis.job``) give each rank's series (``WORKLOAD rank R``); added
-together, every rank of one job, they also give the job's in-step time, the median over its
-ranks (``add_job_totals``), a point of rank 0's run.
+The file is streamed (``results.file.ResultsStream``, times in ms): each measured pass (a median
+above 0 and at most ``results.fields.MAX_NUMBER`` ms) of each ``ok`` record is a point (median
+and its 95% interval) of the series (machine, op, config, pass), written in batches. Damaged
+lines are skipped and listed, never a reason to drop the rest. A captured workload's step totals
+are series too (``workload step``): Σ median × count (the isolated replay) and, when the file
+holds a step replay, the in-step total (``analysis.ledger``). A job's rank files
+(``analysis.job``) give each rank's series (``WORKLOAD rank R``); added together, every rank of
+one job, they also give the job's in-step time, the median over its ranks (``add_job_totals``),
+a point of rank 0's run.
 
 The file's identity is the hash of its bytes (``results.file.file_digest``): the same file
 added twice adds nothing the second time. All of one add is one transaction: a killed add
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +29,7 @@ from param_compute.history.identity import default_label, machine_of
 from param_compute.history.store import HistoryStore, SeriesKey
 from param_compute.plan.runkey import key_of
 from param_compute.plan.summary import config_label
-from param_compute.results.fields import measured_passes
+from param_compute.results.fields import measured, measured_passes
 from param_compute.results.file import (STEP_PASS, LineProblem, ResultsFileError,
                                         ResultsStream, file_digest)
 from param_compute.analysis.ledger import build_ledger, ledger_fields
@@ -70,12 +70,9 @@ class _Duplicate(Exception):
 
 
 def _number(value: Any) -> Optional[float]:
-    kind = type(value)
-    if kind is float:
-        return value if math.isfinite(value) else None
-    if kind is int:
-        return float(value)
-    return None
+    """A time from a file as the history keeps it (ms): a number from 0 to
+    ``results.fields.MAX_NUMBER``, else None (no measurement: a 1e300 ms median is none)."""
+    return measured(value) if type(value) in (float, int) else None  # noqa: E721
 
 
 def _count(value: Any) -> Optional[int]:

@@ -145,7 +145,7 @@ def write_report(store: HistoryStore, all_series: Iterable[Series], output: Path
             f"<script>{SCRIPT}</script></body></html>")
     index = output / "index.html"
     try:  # checked as every output is: never through a link, never a directory or FIFO
-        database = Path(store.backend.where) if store.backend.kind == "sqlite" else None
+        database = store.backend.path  # an SQLite file; None on PostgreSQL
         write_output("index.html", index, page, {"history database": database})
     except OptionsError as exc:
         raise HistoryError(str(exc)) from None

@@ -16,8 +16,10 @@ auto-increment of either dialect):
 
 from __future__ import annotations
 
+import re
 from typing import List
 
+from param_compute.formatting import printable
 from param_compute.history.backends import Backend, HistoryError, driver_errors
 
 APP = "param_compute.history"
@@ -49,47 +51,61 @@ DDL: List[str] = [
 ]
 
 
-def ensure(backend: Backend, create: bool) -> None:
-    """Check that ``backend`` holds a history database of this version; with ``create``, an
-    empty database gets the schema (in one transaction). :class:`HistoryError` otherwise: a
-    database of something else, or of a newer version."""
+def check(backend: Backend, create: bool = False) -> None:
+    """Check, reading only, that ``backend`` holds a history database of this version (with
+    ``create``: or an empty one, to be made one). :class:`HistoryError` otherwise: a database
+    of something else, of a newer version, or (without ``create``) an empty one. What
+    ``backends.connect`` runs on a read-only connection before anything may write."""
     tables = set(backend.tables())
     if not tables:
         if not create:
             raise HistoryError(f"{backend.where}: an empty database, no history yet (python -m "
                                "param_compute.history add RESULTS.json fills it)")
-        with backend.write():
-            if backend.tables():  # another writer created it meanwhile
-                return _check(backend, set(backend.tables()))
-            for statement in DDL:
-                backend.execute(statement)
-            backend.executemany("INSERT INTO history_meta (key, value) VALUES (?, ?)",
-                                [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
         return
     _check(backend, tables)
 
 
+def ensure(backend: Backend, create: bool) -> None:
+    """:func:`check`; with ``create``, an empty database gets the schema (in one transaction,
+    marked as ours: SQLite's ``application_id``)."""
+    check(backend, create)
+    if backend.tables():
+        return
+    with backend.write():
+        if backend.tables():  # another writer created it meanwhile
+            return _check(backend, set(backend.tables()))
+        backend.stamp()
+        for statement in DDL:
+            backend.execute(statement)
+        backend.executemany("INSERT INTO history_meta (key, value) VALUES (?, ?)",
+                            [("app", APP), ("schema_version", str(SCHEMA_VERSION))])
+
+
 def _check(backend: Backend, tables: set) -> None:
+    """The verdict on a database that has tables (read only, bounded: a hostile file's names
+    and values are shown shortened and escaped, never whole)."""
     if "history_meta" not in tables:
+        names = ", ".join(printable(name, 40) for name in sorted(map(str, tables))[:5])
         raise HistoryError(f"{backend.where}: not a param_compute history database (it has "
-                           f"tables, but no history_meta: {', '.join(sorted(tables)[:5])})")
+                           f"tables, but no history_meta: {names})")
     meta = {}
     try:
-        rows = backend.query("SELECT key, value FROM history_meta")
+        rows = backend.query("SELECT key, substr(value, 1, 100) FROM history_meta WHERE key IN "
+                             "('app', 'schema_version') LIMIT 4")
     except driver_errors() as exc:  # a table of that name, but not ours
         if "column" not in str(exc):  # a lock or a lost connection says nothing of the schema
             raise
         raise HistoryError(f"{backend.where}: not a param_compute history database "
-                           f"(history_meta unreadable: {exc})") from None
+                           f"(history_meta unreadable: {printable(exc, 200)})") from None
     for key, value in rows:
         meta[str(key)] = str(value)
     if meta.get("app") != APP:
         raise HistoryError(f"{backend.where}: not a param_compute history database "
-                           f"(history_meta.app is {meta.get('app')!r})")
+                           f"(history_meta.app is {printable(repr(meta.get('app')), 60)})")
     version = meta.get("schema_version", "")
-    if not version.isdigit():
+    if not re.fullmatch(r"[0-9]{1,9}", version):
         raise HistoryError(f"{backend.where}: damaged history database (schema_version "
-                           f"{version!r} is not a number)")
+                           f"{printable(repr(version), 40)} is not a number)")
     if int(version) > SCHEMA_VERSION:
         raise HistoryError(f"{backend.where}: written by a newer param_compute (schema "
                            f"{version}; this one reads {SCHEMA_VERSION})")

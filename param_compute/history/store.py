@@ -8,16 +8,19 @@ write lock, which keeps label ids in the order labels were first added.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.history.backends import Backend, HistoryError, connect
 from param_compute.history.identity import Machine
-from param_compute.history.schema import ensure
+from param_compute.history.schema import check, ensure
+from param_compute.results.fields import measured
 
 #: A series' identity within a machine: (op, config key, pass).
 SeriesKey = Tuple[str, str, str]
+#: The most characters of a name (label, machine, op, config) read back: ingest writes less,
+#: a hostile or damaged database's longer names are cut (never held or printed whole).
+MAX_TEXT = 1000
 
 
 @dataclass(frozen=True)
@@ -41,14 +44,15 @@ class SeriesInfo:
     config: str
 
 
+def _id(value: Any) -> Optional[int]:
+    """An id read from the database (its columns are untrusted): a whole number, else None."""
+    return value if type(value) is int else None  # noqa: E721
+
+
 def _number(value: Any) -> Optional[float]:
-    """A finite number read from the database (its columns are untrusted), else None."""
-    kind = type(value)
-    if kind is float:
-        return value if math.isfinite(value) else None
-    if kind is int:
-        return float(value) if abs(value) < 2**63 else None
-    return None
+    """A time read from the database (its columns are untrusted): a number from 0 to
+    ``results.fields.MAX_NUMBER`` ms, as ingest keeps them, else None."""
+    return measured(value) if type(value) in (float, int) else None  # noqa: E721
 
 
 class HistoryStore:
@@ -59,7 +63,7 @@ class HistoryStore:
 
     @classmethod
     def open(cls, db: str, create: bool = False) -> "HistoryStore":
-        backend = connect(db, create)
+        backend = connect(db, create, lambda opened: check(opened, create))
         try:
             ensure(backend, create)
         except BaseException:
@@ -174,26 +178,34 @@ class HistoryStore:
     # --- reading -----------------------------------------------------------------------------
 
     def labels(self) -> List[Tuple[int, str]]:
-        """(id, name) of every label, in the order they were first added."""
-        return [(int(i), str(name)) for i, name in
-                self.backend.query("SELECT id, name FROM labels ORDER BY id")]
+        """(id, name) of every label, in the order they were first added (a row of a damaged
+        database whose id is no whole number left out)."""
+        return [(i, str(name)) for i, name in
+                ((_id(i), name) for i, name in self.backend.query(
+                    f"SELECT id, substr(name, 1, {MAX_TEXT}) FROM labels ORDER BY id"))
+                if i is not None]
 
     def machines(self) -> List[MachineRow]:
-        return [MachineRow(int(i), str(name), str(fp)) for i, name, fp in
-                self.backend.query("SELECT id, name, fingerprint FROM machines ORDER BY id")]
+        return [MachineRow(_id(i), str(name), str(fp)) for i, name, fp in
+                self.backend.query(f"SELECT id, substr(name, 1, {MAX_TEXT}), "
+                                   f"substr(fingerprint, 1, {MAX_TEXT}) FROM machines "
+                                   "ORDER BY id") if _id(i) is not None]
 
     def counts(self) -> Dict[str, int]:
         return {table: int(self.backend.one(f"SELECT COUNT(*) FROM {table}")[0])
                 for table in ("machines", "labels", "runs", "series", "points")}
 
     def series(self) -> Dict[int, SeriesInfo]:
-        """Every series by id (what a read of the points names them by)."""
-        return {int(row[0]): SeriesInfo(int(row[0]), int(row[1]), str(row[2]), str(row[3]),
-                                        str(row[4]), str(row[5]), str(row[6] or ""),
-                                        str(row[7] or ""))
-                for row in self.backend.stream(
-                    "SELECT id, machine_id, op, config_key, pass, kind, run_key, config "
-                    "FROM series")}
+        """Every series by id (what a read of the points names them by); a row of a damaged
+        database whose ids are no whole numbers is left out."""
+        return {row[0]: SeriesInfo(row[0], row[1], str(row[2]), str(row[3]), str(row[4]),
+                                   str(row[5]), str(row[6] or ""), str(row[7] or ""))
+                for row in ((_id(row[0]), _id(row[1]), *row[2:]) for row in self.backend.stream(
+                    f"SELECT id, machine_id, substr(op, 1, {MAX_TEXT}), "
+                    f"substr(config_key, 1, 64), substr(pass, 1, {MAX_TEXT}), "
+                    f"substr(kind, 1, 16), substr(run_key, 1, {MAX_TEXT}), "
+                    f"substr(config, 1, {MAX_TEXT}) FROM series"))
+                if row[0] is not None and row[1] is not None}
 
     def series_points(self, mixed: bool = False) -> Iterator[Tuple[SeriesInfo, int, float,
                                                                    Optional[float],
@@ -226,9 +238,9 @@ class HistoryStore:
 
 def open_store(db: str, create: bool = False) -> HistoryStore:
     """:meth:`HistoryStore.open`, database errors of the driver turned into HistoryError."""
-    from param_compute.history.backends import driver_errors, shown
+    from param_compute.history.backends import driver_errors, explained, shown
 
     try:
         return HistoryStore.open(db, create)
     except driver_errors() as exc:
-        raise HistoryError(f"{shown(db)}: {exc}") from None
+        raise HistoryError(f"{shown(db)}: {explained(exc, db)}") from None

@@ -250,16 +250,19 @@ class Session:
                          self.shard.index if self.shard is not None else 0)
 
     def _plan_step(self) -> None:
-        """``--replay-step``: the step file read and checked against the spec now (a bad one
-        is invalid input, exit 2, before anything runs); its run joins the plan."""
+        """``--replay-step``: the step file read and checked against the spec now (a bad one,
+        or one of another spec, is invalid input, exit 2, before anything runs; a stale one is
+        warned about); its run joins the plan."""
         if not self.options.replay_step:
             return
-        from param_compute.runtime.step_run import load_step, step_run
+        from param_compute.runtime.step_run import check_step_spec, load_step, step_run
 
         path, step, _ = load_step(self.spec_path, self.options.step_file, self.spec,
                                   self.toolchain.registries.config_iterators,
                                   self.options.device, self.job_plan)
-        self.step_run = step_run(path, step)
+        marks = check_step_spec(path, step, self.spec_path, self.digest,
+                                explicit=self.options.step_file is not None)
+        self.step_run = step_run(path, step, marks)
 
     def _make_filters(self) -> None:
         """``--only``/``-k``/``--input-id`` (``plan.filters``; one that selects nothing is an

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from param_compute.errors import OptionsError
+from param_compute.formatting import printable
 from param_compute.plan.runplan import PlannedRun
 from param_compute.plan.runkey import key_of
 from param_compute.results.file import (HEADER, RECORDS, LineProblem, ResultsFileError,
                                         iter_results)
+from param_compute.results.file.units import READ_FROM
 
 log = logging.getLogger("param_compute")
 
@@ -135,6 +137,7 @@ def scan_results(path: Path) -> ResumeState:
     """Read a results file for resuming; a missing or empty file resumes nothing. Raises
     ``OptionsError`` (exit 2) for a file that is not a results file."""
     state = ResumeState(Path(path))
+    declared = None
     try:
         if not state.path.exists() or (state.path.is_file() and state.path.stat().st_size == 0):
             return state
@@ -154,8 +157,13 @@ def scan_results(path: Path) -> ResumeState:
                           if isinstance(p, dict) and "repetition_medians" in p]
                 if counts:
                     state.processes[key] = min(counts)
-            elif kind == HEADER and state.header is None:
-                state.header = line.value
+            elif kind == HEADER:
+                state.header = state.header or line.value
+                declared = line.value.get(READ_FROM)  # its run's times were not in ms
+        if declared is not None:  # a resumed run would append milliseconds to them
+            raise OptionsError(f"--resume: {printable(path)}: its last run's times are in "
+                               f"{printable(declared, 40)!r} (its header's time_unit); a "
+                               "resumed run writes milliseconds: write to a new --output")
     except ResultsFileError as exc:
         raise OptionsError(f"--resume: {exc}") from None
     except OSError as exc:

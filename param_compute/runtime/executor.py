@@ -203,7 +203,8 @@ class Executor:
         then measured by the run's ``Measurer``; ``--verify`` asks that every call ran on
         the inputs it was captured with. A failure is an error record, as for any run."""
         from param_compute.runtime.step_replay import StepReplay
-        from param_compute.runtime.step_run import load_step, measure_step, verify_step
+        from param_compute.runtime.step_run import (load_step, measure_step, spec_marks,
+                                                    verify_step)
 
         passes: List[PassResult] = []
         details = verdict = None
@@ -226,6 +227,7 @@ class Executor:
                 measured, details = self._phase("step", lambda: measure_step(
                     replay, measurer, (run.op_name, run.id)))
                 passes.append(measured)
+                details.update(spec_marks(run))  # a foreign or stale step file, said
                 verdict = verify_step(details) if self.options.verify else None
                 del replay
         except _PhaseError as failure:
@@ -234,7 +236,7 @@ class Executor:
 
                 self.broken = job_failure(self, failure.cause, "the step replay")
             record = self._failed(run, failure, passes, quiet=self.broken is not None)
-            record.step = details if details is not None else {}  # still the step's line
+            record.step = {**(details or {}), **spec_marks(run)}  # still the step's line
             return record
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes, verify=verdict,
                          step=details)

@@ -243,7 +243,9 @@ class RunOptions:
              "measured by the run's protocol; its record (kind step) gives each config's "
              "in-step time too")
     step_file: Optional[str] = flag("--step", default=None, type=str, metavar="FILE",
-                                    help="the step file for --replay-step (implies it)")
+                                    help="the step file for --replay-step (implies it); "
+                                         "one captured with another spec is replayed only "
+                                         "when named here, with a warning")
     #: Keep the original host's time between calls in the step replay's step-timed passes
     #: ("on"), or replay back to back ("off"); "auto": on a device (``runtime.step_gaps``).
     host_gaps: str = flag(

@@ -3,7 +3,10 @@
 ``run_benchmark -c SPEC --replay-step`` (or ``--step FILE``) adds one run to the plan, after the
 spec's own: ``step_replay|0|0|0``, whose callable is the whole captured step (``step_replay``).
 The session reads and checks the step file against the spec before anything runs (a bad one is
-invalid input, exit 2: ``load_step``); the engine schedules the run like any other (resume,
+invalid input, exit 2: ``load_step``), and says whether it belongs to that spec
+(``check_step_spec``: a step file captured with another spec is refused unless ``--step``
+names it, one captured before the spec changed is replayed with a warning and marked
+``stale``); the engine schedules the run like any other (resume,
 shards, ``--repetitions``, ``--isolate``, the canary), and the executor measures it with the
 run's one ``Measurer`` and protocol (``measure_step``): its record carries the same ``stats``,
 stop reason, disturbance marks and verdicts as any run's, under the pass name ``step``, and
@@ -30,12 +33,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.errors import Problem
+from param_compute.formatting import printable
 from param_compute.measure.protocol import Protocol
 from param_compute.measure.timing import ExecMode
 from param_compute.plan.runplan import PlannedRun, plan_runs
 from param_compute.results.stats import median
 from param_compute.runtime.step_timeline import MEASURED, PACKED, build_timeline
 from param_compute.spec.step_file import StepFileError, rank_step, read_step_file, step_path
+from param_compute.spec.wording import short
 
 log = logging.getLogger("param_compute")
 
@@ -54,6 +59,13 @@ MAX_CALL_PASSES = 200
 MIN_CALL_PASSES = 5
 
 
+class ForeignStepFile(StepFileError):
+    """A step file captured with another spec than the one given (invalid input, exit 2)."""
+
+    def render(self) -> str:
+        return f"{self.source}: {self.problems[0].message}"
+
+
 class StepNotRun(Exception):
     """A step replay that cannot be measured (no call of it ran); the message says why."""
 
@@ -69,6 +81,55 @@ def find_step_file(spec_path: Optional[Path], step_file: Optional[Path]) -> Path
                                                 "the spec (NAME.step.json); name another "
                                                 "with --step FILE")])
     return path
+
+
+def _name(spec_path: Path) -> str:
+    return printable(spec_path, 300)
+
+
+def check_step_spec(path: Path, step: Dict[str, Any], spec_path: Optional[Path],
+                    digest: Optional[str], explicit: bool) -> Dict[str, bool]:
+    """Whether the step file at ``path`` was captured with the spec given (``spec_path``, whose
+    bytes hash to ``digest``; None: a spec given as a dict), said once, before anything runs.
+
+    The step file records the spec's file name (``spec``) and the sha256 of its bytes
+    (``spec_sha256``). The same hash: the same spec, whatever its name now. Another name (and
+    another hash): a step file of another spec, *foreign*: refused (``StepFileError``, exit 2,
+    naming both files) unless ``explicit`` (``--step FILE`` named it), then warned. The same
+    name and another hash: the spec changed since the capture, *stale*: warned. No hash (a
+    step file written before it was recorded): it cannot be told whether it is current,
+    warned. The marks for the step's record: ``{"foreign": True}``, ``{"stale": True}`` or
+    ``{}``."""
+    recorded_name, recorded_hash = step.get("spec"), step.get("spec_sha256")
+    captured = (f"captured with the spec {short(recorded_name, 300)}"
+                if recorded_name is not None else "naming no spec")
+    if spec_path is None:
+        log.warning("%s: the spec was given as a dict, so whether this step file (%s) was "
+                    "captured with it cannot be told", printable(path, 300), captured)
+        return {}
+    if recorded_hash is not None and recorded_hash == digest:
+        return {}
+    given = _name(spec_path)
+    if recorded_name is not None and recorded_name != spec_path.name:
+        if not explicit:
+            raise ForeignStepFile(str(path), [Problem(("spec",), (
+                f"this step file was {captured}, not with {given} (the spec given): it "
+                f"belongs to another spec; name it with --step {printable(path, 300)} to "
+                "replay it against this spec anyway"))])
+        log.warning("%s: this step file was %s, not with %s (the spec given): replaying it "
+                    "anyway (--step names it), its calls matched to this spec's runs by key",
+                    printable(path, 300), captured, given)
+        return {"foreign": True}
+    if recorded_hash is None:
+        log.warning("%s: the step file records no spec_sha256 (it was written before step "
+                    "files did), so whether it is current with %s cannot be told; capture "
+                    "again to have it checked", printable(path, 300), given)
+        return {}
+    log.warning("%s is stale: %s changed since the capture (sha256 %s..., the step file "
+                "records %s...): its calls replay as captured against the spec as it is now, "
+                "and the step's record says stale", printable(path, 300), given,
+                (digest or "?")[:12], recorded_hash[:12])
+    return {"stale": True}
 
 
 def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str,
@@ -110,11 +171,20 @@ def load_step(spec_path: Optional[Path], step_file: Optional[str], spec, iterato
     return path, step, planned_runs(step, spec, iterators, device, str(path), job)
 
 
-def step_run(path: Path, step: Dict[str, Any]) -> PlannedRun:
-    """The step replay's planned run: its callable is the step in ``path``."""
+def step_run(path: Path, step: Dict[str, Any],
+             marks: Optional[Dict[str, bool]] = None) -> PlannedRun:
+    """The step replay's planned run: its callable is the step in ``path``; ``marks``
+    (``check_step_spec``) travel with it into the step's record (``spec_marks``)."""
     config_index, build_id, input_id = STEP_ID.split("|")
     return PlannedRun(STEP_OP, -1, int(config_index), build_id, None, input_id,
-                      {"step_file": str(path), "calls": len(step["calls"])}, step=str(path))
+                      {"step_file": str(path), "calls": len(step["calls"]), **(marks or {})},
+                      step=str(path))
+
+
+def spec_marks(run: PlannedRun) -> Dict[str, bool]:
+    """The marks ``check_step_spec`` gave the step run (``stale``, ``foreign``), for its
+    record's ``step``."""
+    return {key: True for key in ("stale", "foreign") if run.input.get(key) is True}
 
 
 def is_step(run: PlannedRun) -> bool:

@@ -7,7 +7,10 @@ Torch-free; written by the capture, read (as untrusted input) by the step replay
 
 Format (``version`` 1)::
 
-    {"format": "param_compute.step", "version": 1, "spec": "NAME.json", "source": "...",
+    {"format": "param_compute.step", "version": 1, "source": "...",
+     "spec": "NAME.json",                 # the spec captured with it (its file name)
+     "spec_sha256": "...",                # optional: the sha256 of that spec's bytes as
+                                          # written (a results header's spec_sha256)
      "externals": E,                      # tensors read but not produced in the step
      "calls": [{"run": "aten::mm|0|0|2",  # the call's config: the spec's run key
                 "in": [[PATH, CALL, OUT], ...],   # inputs fed by earlier calls' outputs
@@ -30,7 +33,7 @@ Version 2 is a job's (``spec.job``: one step per rank, written by a multi-rank c
 capture with collectives)::
 
     {"format": "param_compute.step", "version": 2, "spec": "JOB.json", "source": "...",
-     "world_size": 2,
+     "spec_sha256": "...", "world_size": 2,
      "ranks": [{"rank": 0, "externals": E, "calls": [...], "real_step_us": ..., ...}, ...]}
 
 Each rank's entry holds a version-1 body (its calls, externals, times and host gaps: the rank
@@ -53,6 +56,15 @@ saw when each output was released) keeps output ``OUT`` of the call alive until 
 ``UNTIL`` (at least the call itself), or with ``-1`` past the step's end, to the next step's
 start (a gradient in ``.grad`` until the next ``zero_grad``); without it an output is released
 after its last reader.
+
+``spec`` and ``spec_sha256`` say which spec the step belongs to: a replay names a step file
+captured with another spec (foreign) or with this one before it changed (stale), see
+``runtime.step_run``. Files written before ``spec_sha256`` existed are still read.
+
+A step file is untrusted input: at most ``MAX_STEP_BYTES`` bytes, a regular file (a FIFO is
+refused unopened), at most ``MAX_CALLS`` calls counted before the parse, parsed only where its
+memory, told before the parse, fits (``untrusted_json``), nested at most ``MAX_STEP_DEPTH``
+levels, no object naming a key twice, no ``NaN``/``Infinity``, then every entry checked.
 """
 
 from __future__ import annotations
@@ -61,6 +73,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from param_compute import untrusted_json
 from param_compute.errors import Problem, SpecError
 from param_compute.files import read_bounded, write_new
 from param_compute.spec.wording import short
@@ -75,6 +88,12 @@ MAX_RANKS = 1 << 16
 #: Bounds on an untrusted step file.
 MAX_STEP_BYTES = 256 * 2**20
 MAX_CALLS = 5_000_000
+#: JSON objects besides the calls (``original``'s entries): counted with them before the parse.
+MAX_OTHER_OBJECTS = 100_000
+#: Nesting levels (a step file nests six).
+MAX_STEP_DEPTH = 16
+#: Characters of the spec's name a step file records.
+MAX_SPEC_NAME_CHARS = 4096
 MAX_EDGES_PER_CALL = 4096
 MAX_INDEX = 2**31
 MAX_NAME_CHARS = 128
@@ -118,18 +137,31 @@ def _read_bytes(path: Path) -> bytes:
         str(path), [Problem((), refused.reason)]))
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+def _count_calls(text: str) -> None:
+    """Refuse, before the parse, a text of more JSON objects than ``MAX_CALLS`` calls and
+    ``original`` can hold (each call is one object): counted at C speed, then, where the quick
+    count (braces inside strings included) is over, outside strings only."""
+    most = MAX_CALLS + MAX_OTHER_OBJECTS + 1
+    if text.count("{") <= most:
+        return
+    objects = untrusted_json.shape_of(text).objects
+    if objects > most:
+        raise untrusted_json.JsonRefused(
+            f"{objects:,} JSON objects: more than a step file of at most {MAX_CALLS:,} calls "
+            f"holds (one object per call, at most {MAX_OTHER_OBJECTS:,} more in original); "
+            "nothing was parsed")
 
 
 def read_step_file(path: Path) -> Dict[str, Any]:
     """Read and validate a step file; raise ``StepFileError`` naming the file and entry."""
     path = Path(path)
-    raw = _read_bytes(path)
     try:
-        data = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise StepFileError(str(path), [Problem((), f"not valid JSON: {exc}")]) from None
+        text = untrusted_json.decode(_read_bytes(path))  # the bytes freed before the parse
+        _count_calls(text)
+        data = untrusted_json.parse(text, MAX_STEP_DEPTH, invalid="not valid JSON")
+    except untrusted_json.JsonRefused as refused:
+        raise StepFileError(str(path), [Problem(refused.where, refused.reason)]) from None
+    del text
     problems = validate_step(data)
     if problems:
         raise StepFileError(str(path), problems[:20] + (
@@ -193,7 +225,7 @@ def _job_problems(data: Dict[str, Any]) -> List[Problem]:
     ranks = data.get("ranks")
     if not isinstance(ranks, list) or len(ranks) != world:
         return [Problem(("ranks",), f"must be a list of {world} steps, one per rank")]
-    problems: List[Problem] = []
+    problems: List[Problem] = _provenance_problems(data)
     seen = set()
     for index, body in enumerate(ranks):
         if not isinstance(body, dict):
@@ -221,7 +253,8 @@ def rank_step(data: Dict[str, Any], rank: int) -> Dict[str, Any]:
         return {**data, "world_size": 1, "rank": 0}
     for body in data["ranks"]:
         if body.get("rank") == rank:
-            return {"format": FORMAT, "version": VERSION, "spec": data.get("spec"),
+            provenance = {key: data[key] for key in ("spec", "spec_sha256") if key in data}
+            return {"format": FORMAT, "version": VERSION, **provenance,
                     "source": body.get("source", data.get("source")),
                     "world_size": data["world_size"], **body}
     raise StepFileError(str(data.get("spec", "step file")), [Problem(
@@ -240,9 +273,14 @@ def _body_problems(data: Dict[str, Any]) -> List[Problem]:
             problems.append(Problem((key,), "must be a finite number >= 0 (at most 1e15)"))
     if "original" in data and not isinstance(data["original"], dict):
         problems.append(Problem(("original",), "must be an object"))
+    problems.extend(_provenance_problems(data))
     calls = data.get("calls")
     if not isinstance(calls, list):
         return problems + [Problem(("calls",), "must be a list of calls")]
+    if not calls:
+        return problems + [Problem(("calls",), "holds no call: a step replay needs at least "
+                                   "one (capture writes a step file only where it captured "
+                                   "one)")]
     if len(calls) > MAX_CALLS:
         return problems + [Problem(("calls",), f"{len(calls)} calls, over the limit of "
                                    f"{MAX_CALLS}")]
@@ -251,6 +289,22 @@ def _body_problems(data: Dict[str, Any]) -> List[Problem]:
         if len(problems) > 100:
             break
     return problems + _schedule_problems(data, calls)
+
+
+def _provenance_problems(data: Dict[str, Any]) -> List[Problem]:
+    """``spec`` (a file name) and ``spec_sha256`` (64 hexadecimal digits), which name the
+    spec the step was captured with, where given."""
+    out = []
+    name = data.get("spec")
+    if "spec" in data and not (isinstance(name, str) and 0 < len(name) <= MAX_SPEC_NAME_CHARS):
+        out.append(Problem(("spec",), f"must be the spec's file name (a string of 1 to "
+                           f"{MAX_SPEC_NAME_CHARS} characters), not {short(name)}"))
+    digest = data.get("spec_sha256")
+    if "spec_sha256" in data and not (isinstance(digest, str) and len(digest) == 64
+                                      and all(c in "0123456789abcdef" for c in digest)):
+        out.append(Problem(("spec_sha256",), f"must be a sha256 digest (64 lowercase "
+                           f"hexadecimal digits), not {short(digest)}"))
+    return out
 
 
 def _schedule_problems(data: Dict[str, Any], calls: List[Any]) -> List[Problem]:

@@ -172,9 +172,12 @@ class StepRecorder:
         return holds
 
     def to_json(self, run_keys: Any, spec_name: str, source: str,
-                original: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                original: Optional[Dict[str, Any]] = None,
+                spec_sha256: Optional[str] = None) -> Dict[str, Any]:
         """The step file's body; ``run_keys`` maps each call's config to its run key (or is
-        a function of the call's index and config: a job's collectives, ``capture.job``)."""
+        a function of the call's index and config: a job's collectives, ``capture.job``);
+        ``spec_name`` and ``spec_sha256`` name the spec written with it (its file's name and
+        the sha256 of its bytes), so that a replay can tell a foreign or stale step file."""
         calls = []
         holds = self._holds()
         key_of = run_keys if callable(run_keys) else (lambda _, config: run_keys[config])
@@ -190,8 +193,10 @@ class StepRecorder:
                 if key in entry:
                     call[key] = entry[key]
             calls.append(call)
-        body: Dict[str, Any] = {"spec": spec_name, "source": source,
-                                "externals": self.externals, "calls": calls}
+        body: Dict[str, Any] = {"spec": spec_name}
+        if spec_sha256 is not None:
+            body["spec_sha256"] = spec_sha256
+        body.update({"source": source, "externals": self.externals, "calls": calls})
         if self.real_step_us is not None:
             body["real_step_us"] = round(self.real_step_us, 1)
         if self.real_host_us is not None and any("gap_us" in c for c in calls):
@@ -203,10 +208,10 @@ class StepRecorder:
         return body
 
     def write(self, spec_path, run_keys, source: str,
-              original: Optional[Dict[str, Any]] = None):
-        """Write ``NAME.step.json`` beside the spec."""
-        return write_step_file(step_path(spec_path),
-                               self.to_json(run_keys, spec_path.name, source, original))
+              original: Optional[Dict[str, Any]] = None, spec_sha256: Optional[str] = None):
+        """Write ``NAME.step.json`` beside the spec (``spec_sha256``: of the spec's bytes)."""
+        return write_step_file(step_path(spec_path), self.to_json(
+            run_keys, spec_path.name, source, original, spec_sha256))
 
     @property
     def fed_inputs(self) -> int:

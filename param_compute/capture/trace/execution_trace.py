@@ -18,9 +18,9 @@ is joined (``kineto``), to the workload.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from param_compute import untrusted_json
 from param_compute.capture.portable import native_call
 from param_compute.capture.schema_args import SchemaArg, schema_arguments, split_name
 from param_compute.capture.trace.check import check_execution_trace, json_kind
@@ -36,6 +36,8 @@ from param_compute.capture.trace.comms import (DEFAULT_GROUP, backend_nodes, rec
                                                recorded_seq, uncovered, wait_records)
 from param_compute.capture.trace.step import WAITED
 from param_compute.operators.collectives import kind_of
+from param_compute.spec.limits import INT_MAX, INT_MIN
+from param_compute.spec.wording import short
 
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
 NONE_VALUE = "<None>"
@@ -64,12 +66,18 @@ def tensor_ranges(node: Dict[str, Any]) -> Dict[int, List[int]]:
     text = attr(node, "tensor_range")
     if not text:
         return {}
-    try:
-        ranges = json.loads(text) if isinstance(text, str) else text
+    try:  # JSON inside the trace's JSON: parsed within the same bounds (a few levels deep)
+        ranges = untrusted_json.parse(text, 4) if isinstance(text, str) else text
         return {int(index): [int(pair[0]), int(pair[1])] for index, pair in ranges.items()
-                if isinstance(pair, list) and len(pair) == 2}
+                if isinstance(pair, list) and len(pair) == 2
+                and all(_int64(v) for v in pair)}
     except (ValueError, TypeError, AttributeError):
         return {}
+
+
+def _int64(value: Any) -> bool:
+    """An integer a spec can hold (torch takes sizes, strides and scalars as int64)."""
+    return isinstance(value, int) and not isinstance(value, bool) and INT_MIN <= value <= INT_MAX
 
 
 def _at(items: Any, index: int) -> Any:
@@ -92,11 +100,19 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
             raise Unreplayable(f"a tensor of element type {element!r} (no spec dtype)")
         if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
             raise Unreplayable("a tensor without a recorded shape")
+        if not all(_int64(d) and d >= 0 for d in shape):
+            raise Unreplayable(f"a tensor of shape {short(shape)} (sizes are integers from 0 "
+                               f"to {INT_MAX})", kind="unreadable")
         device = value[5] if isinstance(value, list) and len(value) > 5 else "cpu"
         offset = value[2] if isinstance(value, list) and len(value) > 2 \
             and isinstance(value[2], int) else 0
         stride = stride if isinstance(stride, list) and all(isinstance(s, int) for s in stride) \
             else None
+        if not (_int64(offset) and offset >= 0) or \
+                (stride is not None and not all(_int64(s) for s in stride)):
+            raise Unreplayable(f"a tensor of storage offset {short(offset)} and strides "
+                               f"{short(stride)} (integers of at most 64 bits, the offset "
+                               ">= 0)", kind="unreadable")
         if value_range is not None and dtype not in INTEGER_SPEC_DTYPES:
             value_range = None
         return tensor_spec(dtype, shape, stride, str(device), offset, value_range)
@@ -119,15 +135,16 @@ def trace_value_spec(type_name: str, value: Any, shape: Any, stride: Any,
             raise Unreplayable(f"{kind} value {json_kind(value)} has no spec name")
         return {"type": kind, "value": name}
     if type_name == "Int":
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise Unreplayable(f"an Int argument recorded as {json_kind(value)}",
+        if not _int64(value):
+            raise Unreplayable(f"an Int argument recorded as {json_kind(value)}"
+                               + (" (beyond 64 bits)" if isinstance(value, int) else ""),
                                kind="unreadable")
         return {"type": "int", "value": value}
     if type_name == "Double":
         try:  # some writers spell non-finite values as strings ("inf", "nan")
             number = float(value) if isinstance(value, (int, float, str)) \
                 and not isinstance(value, bool) else None
-        except ValueError:
+        except (ValueError, OverflowError):  # "x", or an integer past any float
             number = None
         if number is None:
             raise Unreplayable(f"a Double argument recorded as {json_kind(value)}",

@@ -12,21 +12,24 @@ A trace is untrusted input, read within bounds (``TraceError``, exit 2, past any
   of JSON text, counted after decompression: the read stops at the cap, so a gzip bomb costs
   no more than the cap; an archive's members may hold at most as much in all, and at most
   ``MAX_ARCHIVE_MEMBERS`` of them are looked at;
-- nested at most ``MAX_TRACE_DEPTH`` levels (real traces nest under ten).
+- parsed only where the parse's memory, told before it starts, fits in half the memory
+  available (``untrusted_json``: the refusal says how much it would take); nested at most
+  ``MAX_TRACE_DEPTH`` levels (real traces nest under ten); no object naming a key twice.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import tarfile
 import zlib
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from param_compute import untrusted_json
 from param_compute.capture.accounting import TraceError
+from param_compute.errors import format_json_path
 from param_compute.files import FileRefused, open_regular, read_at_most
-from param_compute.formatting import printable
+from param_compute.formatting import format_bytes, printable
 
 #: Bytes of JSON text (decompressed) one trace or Kineto file may hold.
 MAX_TRACE_BYTES = 2 * 2**30
@@ -35,13 +38,6 @@ MAX_ARCHIVE_MEMBERS = 10_000
 #: Nesting levels of a trace's JSON.
 MAX_TRACE_DEPTH = 100
 _TAR_MAGIC = slice(257, 262)
-
-
-def format_bytes(count: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.4g} {unit}"
-    return f"{count} bytes"
 
 
 def _cap_problem(max_bytes: int, what: str = "JSON text") -> str:
@@ -64,55 +60,17 @@ def read_capped(stream, max_bytes: int, source: Any, what: str = "JSON text"):
     return data
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests more than ``limit`` levels: level by level, containers only
-    (a fraction of the parse's time; iterative, so any depth is safe)."""
-    level, depth = [value], 0
-    while level:
-        depth += 1
-        if depth > limit:
-            return True
-        below: list = []
-        add = below.append
-        for node in level:
-            for item in (node.values() if type(node) is dict else node):
-                if type(item) is dict or type(item) is list:
-                    add(item)
-        level = below
-    return False
-
-
-def _deep_place(value: Any, limit: int) -> str:
-    """Where ``value`` nests deeper than ``limit``, as ``key[index]`` of its first two levels."""
-    tops = value.items() if isinstance(value, dict) else enumerate(value)
-    for top, item in tops:
-        seconds = (item.items() if isinstance(item, dict) else enumerate(item)
-                   if isinstance(item, list) else ())
-        for second, below in seconds:
-            if (type(below) is dict or type(below) is list) and _deeper_than(below, limit - 2):
-                where = f"{top}" if isinstance(top, str) else f"[{top}]"
-                return where + (f".{second}" if isinstance(second, str) else f"[{second}]")
-    return "(top level)"
-
-
 def parse_json(data, source: Any) -> Any:
-    """Parsed JSON of ``data`` (bytes), bounded in depth; ``TraceError`` naming ``source``."""
+    """Parsed JSON of ``data`` (bytes or text; pass it without keeping a reference, so that
+    its bytes are freed before the parse) within the bounds of ``untrusted_json``: the parse's
+    memory told first, nesting, duplicate keys; ``TraceError`` naming ``source``."""
     try:
-        value = json.loads(data if isinstance(data, str) else data.decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TraceError(source, [f"not JSON: {exc.msg} at line {exc.lineno} column "
-                                  f"{exc.colno}"]) from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(source, [f"not UTF-8 text (byte {exc.start})"]) from None
-    except RecursionError:
-        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep"]) from None
-    except ValueError as exc:  # e.g. an integer literal of more digits than Python reads
-        raise TraceError(source, [f"not usable JSON: {exc}"]) from None
-    if (type(value) is dict or type(value) is list) and _deeper_than(value, MAX_TRACE_DEPTH):
-        where = _deep_place(value, MAX_TRACE_DEPTH)
-        raise TraceError(source, [f"nested more than {MAX_TRACE_DEPTH} levels deep (at "
-                                  f"{printable(where, 80)})"])
-    return value
+        text = untrusted_json.decode(data)
+        del data  # the text alone from here: the bytes, the text and the parsed value never
+        return untrusted_json.parse(text, MAX_TRACE_DEPTH, constants=True)  # together
+    except untrusted_json.JsonRefused as refused:
+        where = f"{printable(format_json_path(refused.where), 80)}: " if refused.where else ""
+        raise TraceError(source, [where + refused.reason]) from None
 
 
 def _archive_json(stream, path: Path, max_bytes: int) -> Any:

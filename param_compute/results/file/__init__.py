@@ -35,6 +35,10 @@ break and is not a whole JSON object (a run killed mid-write). :func:`repair_tai
 last line off (and says what it cut) and ends a whole last line that lacks its line break, so
 appending never glues two lines together. Nothing else ever shortens a results file.
 
+Times are read in milliseconds, the unit written: a header declaring another
+(``run_options.time_unit`` ``"microsecond"``, ``"s"``...) has its run's records converted as they
+are read, and one declaring a unit not known is refused naming its line (``units.py``).
+
 Writing (:class:`ResultsWriter`): each line is one encoded line, written whole through
 ``files.LineFile`` (never through a link; a full disk leaves no torn line; unflushed lines,
 such as dry-run records, handed over a batch of whole lines at a time); the sync policy says

@@ -16,6 +16,7 @@ from param_compute.files import FileRefused, open_regular
 from param_compute.plan.runkey import key_of
 from param_compute.results.file.schema import (BATCH, FINISH, HEADER, RECORDS, RESUME, STEP,
                                                line_kind, schema_problem, upgraded)
+from param_compute.results.file.units import UnitProblem, declared, header_in_ms, record_in_ms
 
 #: Lines longer than this (bytes, line break included) are skipped as damaged. A record holds
 #: every measured time of its passes; 64 MiB is some millions of them.
@@ -55,6 +56,9 @@ class Line:
     value: Optional[Dict[str, Any]] = None
     problem: Optional[LineProblem] = None
     kind: Optional[str] = None
+    #: Milliseconds per time unit of the run the line belongs to (``units``): a record's
+    #: times were multiplied by it (1: written in milliseconds).
+    ms_per_unit: float = 1.0
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -153,9 +157,14 @@ def _not_results(path: Path, why: str) -> ResultsFileError:
 
 def iter_results(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterator[Line]:
     """:func:`scan_lines` of a results file: the first line must be a usable header, else
-    :class:`ResultsFileError`; an empty file is an error too."""
+    :class:`ResultsFileError`; an empty file is an error too. Records come in milliseconds
+    whatever unit their run's header declares (``units``). A first header declaring a unit
+    not known is a :class:`ResultsFileError` naming its line; a later one (an appended run) is
+    an unusable line, and so is each record of its run (their times cannot be read)."""
     path = Path(path)
     first = True
+    factor: Optional[float] = 1.0  # None: the run's header declares a unit not known
+    unknown_at = 0
     for line in scan_lines(path, max_line_bytes):
         if first:
             first = False
@@ -166,6 +175,27 @@ def iter_results(path: PathLike, max_line_bytes: Optional[int] = None) -> Iterat
             if line.kind != HEADER:
                 raise _not_results(path, "its first line is not a header with run_options "
                                          "and sys_info")
+        if line.kind == HEADER:
+            try:
+                factor = declared(line.value)
+            except UnitProblem as exc:
+                if line.number == 1:
+                    raise ResultsFileError(f"{path}:{line.number}: {exc}") from None
+                factor, unknown_at = None, line.number
+                line = Line(line.number, line.offset, line.size, problem=LineProblem(
+                    line.number, line.offset, line.size, str(exc)))
+            else:
+                if factor != 1.0:
+                    header_in_ms(line.value)
+        elif line.kind in RECORDS and factor != 1.0:
+            if factor is None:
+                line = Line(line.number, line.offset, line.size, problem=LineProblem(
+                    line.number, line.offset, line.size, f"a record of the run whose header "
+                    f"(line {unknown_at}) declares a time unit not known: its times cannot "
+                    "be read"))
+            else:
+                line.value = record_in_ms(line.value, factor)
+                line.ms_per_unit = factor
         yield line
     if first:
         raise _not_results(path, "it is empty")
@@ -336,8 +366,10 @@ class LineReader:
         self.max_open = max_open
         self._open: Dict[Path, Any] = {}
 
-    def read(self, path: PathLike, number: int, offset: int, size: int) -> Dict[str, Any]:
-        """The object on line ``number`` (``size`` bytes from byte ``offset``) of ``path``."""
+    def read(self, path: PathLike, number: int, offset: int, size: int,
+             ms_per_unit: float = 1.0) -> Dict[str, Any]:
+        """The object on line ``number`` (``size`` bytes from byte ``offset``) of ``path``;
+        a record in milliseconds as the stream gave it (its line's ``ms_per_unit``)."""
         path = Path(path)
         stream = self._open.pop(path, None)
         if stream is None:
@@ -353,7 +385,7 @@ class LineReader:
             why = schema_problem(value)
         if why is not None:
             raise ResultsFileError(f"{path}:{number}: changed while being read ({why})")
-        return value
+        return record_in_ms(value, ms_per_unit)
 
     def close(self) -> None:
         while self._open:
