@@ -20,9 +20,12 @@ times: without the execution-trace observer, whose cost per call would inflate t
 then one step under the execution-trace observer alone (the calls and their dataflow), a
 barrier before each step; ``param-compute capture`` joins both ranks' traces into one spec
 (``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 5 occurrences by name. Then
-``--reps`` repetitions interleaved of [the real step: fresh ranks build the model, warm up,
-and time ``--real-steps`` steps unprofiled, a barrier before each, per rank the median; the
-job's real step is the median over the ranks] and [the replay: ``torchrun --nproc_per_node 2
+``--reps`` repetitions interleaved of [from the second on, both ranks recorded and captured
+again: each collective's original time (its calls' backend spans, ``comm_us``) in that
+recording; a collective's original is the median over the recordings, the first included],
+[the real step: fresh ranks build the model, warm up, and time ``--real-steps`` steps
+unprofiled, a barrier before each, per rank the median; the job's real step is the median
+over the ranks] and [the replay: ``torchrun --nproc_per_node 2
 -m param_compute.run_benchmark -c JOB.json --replay-step --only 'c10d::*'`` (the collectives
 measured alone, then the step; compute configs left out to save time) and ``param-compute
 totals --json`` of both ranks' files: the job's in-step time, the median over the ranks].
@@ -231,13 +234,32 @@ def replay(model: str, spec: Path, folder: Path, index: int) -> Dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def recorded_comm(folder: Path) -> Dict[Any, float]:
+    """(op, rank) -> the recording's communication time (ms) of that collective op: the sum of
+    its calls' ``comm_us`` (their backend's span) in the captured step file."""
+    data = json.loads((folder / "job.step.json").read_text())
+    out: Dict[Any, float] = {}
+    for body in data["ranks"]:
+        for call in body["calls"]:
+            if call.get("comm_us") is not None:
+                key = (call["run"].split("|")[0], body["rank"])
+                out[key] = out.get(key, 0.0) + call["comm_us"] / 1e3
+    return out
+
+
 def evaluate(model: str, args, root: Path) -> Dict[str, Any]:
     folder = root / model
     folder.mkdir(parents=True, exist_ok=True)
     ranks_phase(model, "record", folder, args)
     captured = capture(model, folder)
-    reals, replays = [], []
+    reals, replays, recorded = [], [], [recorded_comm(folder)]
     for index in range(args.reps):
+        if index:  # the original's collectives recorded again, interleaved with the rest
+            again = folder / f"record_{index}"
+            again.mkdir(exist_ok=True)
+            ranks_phase(model, "record", again, args)
+            capture(model, again)
+            recorded.append(recorded_comm(again))
         real = folder / f"real_{index}"
         real.mkdir(exist_ok=True)
         ranks_phase(model, "real", real, args)
@@ -254,9 +276,12 @@ def evaluate(model: str, args, root: Path) -> Dict[str, Any]:
                     for job in replays]
             in_steps = [next(r for r in row if r["rank"] == rank_row["rank"])["in_step_ms"]
                         for row in rows]
-            original = rank_row["original_ms"]
+            originals = [r[(entry["op"], rank_row["rank"])] for r in recorded
+                         if (entry["op"], rank_row["rank"]) in r]
+            original = statistics.median(originals) if originals else rank_row["original_ms"]
             collectives.append({"op": entry["op"], "rank": rank_row["rank"],
-                                "original_ms": original,
+                                "original_ms": original, "originals": originals,
+                                "replayed_spec_ms": rank_row["original_ms"],
                                 "in_step_ms": statistics.median(
                                     [v for v in in_steps if v is not None] or [0.0]),
                                 "share": (original or 0) / real_ms if real_ms else 0})
@@ -308,8 +333,10 @@ def main() -> int:
               f"{result['ratio']:.2f}{'' if step_ok else '!'} ({reps}){'':<8} "
               f"{len(ok)} of {len(big)}")
         for c in result["collectives"]:
+            spread = "/".join(f"{v:.1f}" for v in c["originals"])
             print(f"    rank {c['rank']} {c['op']:<28} original {c['original_ms'] or 0:8.3f} ms "
-                  f"in-step {c['in_step_ms']:8.3f} ms ({100 * c['share']:.1f}% of the step)")
+                  f"in-step {c['in_step_ms']:8.3f} ms ({100 * c['share']:.1f}% of the step; "
+                  f"recordings {spread} ms)")
         for ledger in result["ledgers"]:
             comm = ledger["communication"] or {}
             compute = ledger["compute"] or {}
