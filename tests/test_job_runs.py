@@ -237,6 +237,44 @@ def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_pa
     assert finish_line["kind"] == "finish" and "rank 0" in finish_line["aborted"]
 
 
+def test_a_collective_that_never_completes_ends_the_job_within_its_timeout(tmp_path):
+    """A rank that stops (SIGSTOP: alive, never in its next collective): the other ends
+    within --dist-timeout, one message naming the call, every measured record kept."""
+    import signal
+
+    path = job_files(tmp_path, size=1024 * 1024)
+    out = tmp_path / "res.json"
+    ranks = start_ranks(["-c", path, "--replay-step", "-w", "1", "-i", "200",
+                         "--only", "c10d*", "--dist-timeout", "6", "--output", out], tmp_path)
+    marker = tmp_path / "res.rank0of2.json.running"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if marker.exists() and "step_replay" in marker.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("rank 0 never started the step replay")
+    time.sleep(1.0)
+    ranks[1].send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        status = ranks[0].wait(90)
+        took = time.monotonic() - stopped
+        stdout, stderr = ranks[0].communicate(1)
+    finally:
+        ranks[1].kill()
+    assert status == 1, stderr[-2000:]
+    assert took < 6 + 30, f"rank 0 took {took:.1f} s to end"
+    errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, stderr
+    assert "rank 0: the step replay's calls[" in errors[0], errors[0]
+    assert "Traceback" not in stderr
+    _, records, finish_line = read_results(tmp_path / "res.rank0of2.json")
+    assert [r["op_name"] for r in records] == ["c10d::allreduce_", "step_replay"]
+    assert records[0]["status"] == "ok" and records[1]["status"] == "error"
+    assert finish_line["kind"] == "finish" and "rank 0" in finish_line["aborted"]
+
+
 def test_two_nodes_on_one_machine_through_torchruns_rendezvous(tmp_path):
     spec = {"torch.distributed.all_reduce": {**GENERATORS, "config": [{"input": [
         {"args": [_tensor(1024)]}]}]}}

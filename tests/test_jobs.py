@@ -335,13 +335,14 @@ def test_every_ranks_trace_captured_into_one_job_with_paired_collectives(tmp_pat
     printed = capsys.readouterr().out
     assert "a job of 2 rank(s)" in printed
     assert printed.count("original time covered: cpu 100.0%") == 2
-    assert "communication 0.600 ms in 2 collective call(s) (2 timed" in printed
+    # each from its call's issue to its backend span's end: 15 -> 440, 500 -> 710 µs
+    assert "communication 0.635 ms in 2 collective call(s) (2 timed" in printed
     spec = json.loads(out.read_text())
     assert spec["__process_groups__"] == {"world_size": 2, "groups": {"0": {
         "ranks": [0, 1], "backend": "cpu:gloo", "desc": "default_pg"}}}
     allreduce = spec["c10d::allreduce_"]["config"][0]["input"][0]
     assert allreduce["kwargs"]["async_op"]["value"] is True and allreduce["count"] == 2
-    assert allreduce["ranks"]["0"]["original_us"]["comm"] == 400.0
+    assert allreduce["ranks"]["0"]["original_us"]["comm"] == 425.0
     alltoall = spec["c10d::alltoall_base_"]["config"][0]["input"]
     assert len(alltoall) == 1  # one collective of the job: rank 1's splits its own
     assert [v["value"] for v in alltoall[0]["kwargs"]["output_split_sizes"]["value"]] == [3, 5]
@@ -353,12 +354,31 @@ def test_every_ranks_trace_captured_into_one_job_with_paired_collectives(tmp_pat
     assert [c["run"].split("|")[0] for c in calls] == ["aten::mul", "c10d::allreduce_",
                                                        "aten::mul", "c10d::alltoall_base_"]
     assert calls[2]["waits"] == [1]  # waited where the original read what it reduced
-    assert calls[1]["comm_us"] == 400.0
-    assert step["ranks"][0]["original"]["communication"]["comm_us"] == 600.0
+    assert calls[1]["comm_us"] == 425.0
+    assert step["ranks"][0]["original"]["communication"]["comm_us"] == 635.0
     planned = param_compute.run(out, dry_run=True, replay_step=True).records
     # rank 0's part, in the job's order: collectives, its step, then compute
     assert [r["op_name"] for r in planned] == ["c10d::allreduce_", "c10d::alltoall_base_",
                                                "step_replay", "aten::mul"]
+
+
+def test_backend_spans_pair_with_their_calls_in_order_whatever_their_ids():
+    """A call's node may be numbered after its backend span began (FSDP's reduce-scatter,
+    which gloo runs as an all-reduce over its own buffer): one span per call pairs in order."""
+    from param_compute.capture.trace.comms import backend_nodes
+    from param_compute.capture.trace.walk import TraceTree
+
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 0},
+             {"id": 9, "name": "gloo:all_reduce", "ctrl_deps": 1, "inputs": {"values": []}},
+             {"id": 10, "name": "c10d::_reduce_scatter_base_", "ctrl_deps": 1,
+              "inputs": {"values": []}},
+             {"id": 14, "name": "c10d::_allgather_base_", "ctrl_deps": 1,
+              "inputs": {"values": []}},
+             {"id": 15, "name": "gloo:all_gather", "ctrl_deps": 1, "inputs": {"values": []}}]
+    tree = TraceTree({"nodes": nodes})
+    pairs = backend_nodes(tree, [nodes[2], nodes[3]])
+    assert {call: span["name"] for call, span in pairs.items()} == {
+        10: "gloo:all_reduce", 14: "gloo:all_gather"}
 
 
 def test_ranks_that_disagree_on_their_collectives_are_refused(tmp_path, capsys):

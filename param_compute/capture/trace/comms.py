@@ -118,11 +118,17 @@ def _tensor_ids(node: Dict[str, Any]) -> set:
 
 
 def backend_nodes(tree: TraceTree, calls: List[Dict[str, Any]]) -> Dict[Any, Dict[str, Any]]:
-    """c10d call node id -> the backend's node that ran it (``gloo:all_reduce``, ...): of the
-    next few not yet paired after the call (by id), the first over one of its tensors, else
-    the first."""
+    """c10d call node id -> the backend's node that ran it (``gloo:all_reduce``, ...): where
+    the trace holds as many backend nodes as calls, each call's in order; else, of the next
+    few not yet paired after the call (by id), the first over one of its tensors, else the
+    first."""
     spans = sorted((n for n in tree.nodes if str(n.get("name", "")).startswith(BACKEND_PREFIXES)
                     and isinstance(n.get("id"), int)), key=lambda n: n["id"])
+    ordered = sorted((c for c in calls if isinstance(c.get("id"), int)), key=lambda n: n["id"])
+    if ordered and len(ordered) == len(spans):
+        # one span per call: the backend ran them in the order they were issued (a call's
+        # node may be numbered after its span began: an id says when the node was recorded)
+        return {call["id"]: span for call, span in zip(ordered, spans)}
     ids = [n["id"] for n in spans]
     taken: set = set()
     out: Dict[Any, Dict[str, Any]] = {}

@@ -18,6 +18,7 @@ is joined (``kineto``), to the workload.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute import untrusted_json
@@ -337,13 +338,25 @@ class CollectiveSource:
         return name
 
     def comm_us(self, node: Dict[str, Any], original) -> Optional[float]:
-        """The call's communication time: its kernels' (a device trace), else its backend
-        span's, where the Kineto join has them."""
+        """The call's communication time: its kernels' (a device trace), else, where the
+        Kineto join has them, from the call's issue to its backend span's end (the mean over
+        the occurrences): what a replay times, the call issued until its work completed.
+        Where the call's and its span's occurrences do not pair, the span alone."""
         if original is not None and original[1]:
             return original[1]
         span = self.spans.get(node["id"])
         if span is None or self.timing is None:
             return None
+        matched = self.timing.matched
+        calls, spans = matched.get(node["id"]) or [], matched.get(span["id"]) or []
+        if calls and len(calls) == len(spans):
+            try:
+                issued = [max(0.0, float(s["ts"]) + float(s.get("dur", 0)) - float(c["ts"]))
+                          for c, s in zip(calls, spans)]
+            except (KeyError, TypeError, ValueError):
+                issued = []
+            if issued and all(math.isfinite(v) and v < 1e12 for v in issued):
+                return round(sum(issued) / len(issued), 3)
         return self.timing.span_us(span)
 
     def exposed_us(self) -> Optional[float]:
