@@ -21,7 +21,7 @@ then one step under the execution-trace observer alone (the calls and their data
 barrier before each step; ``param-compute capture`` joins both ranks' traces into one spec
 (``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 5 occurrences by name. Then
 ``--reps`` repetitions interleaved of [from the second on, both ranks recorded and captured
-again: each collective's original time (its calls' backend spans, ``comm_us``) in that
+again: each collective's original time (its calls' ``comm_us``) in that
 recording; a collective's original is the median over the recordings, the first included],
 [the real step: fresh ranks build the model, warm up, and time ``--real-steps`` steps
 unprofiled, a barrier before each, per rank the median; the job's real step is the median
@@ -33,7 +33,7 @@ totals --json`` of both ranks' files: the job's in-step time, the median over th
 Targets: every rank's original time covered >= 95% (the capture summary); the job's in-step
 replay within ±``--step-tolerance`` (10%) of the real step (medians over repetitions); per
 collective whose original time is over 2% of the step, its in-step time within
-±``--op-tolerance`` (25%) of the original (its backend's span in the trace), per rank. Exit
+±``--op-tolerance`` (25%) of the original (from its issue to its backend span's end in the trace), per rank. Exit
 status 1 on a miss; ``--out`` keeps every trace, spec and results file.
 """
 
@@ -207,7 +207,11 @@ def ranks_phase(model: str, phase: str, folder: Path, args) -> None:
     command = torchrun(str(Path(__file__).resolve()), "--worker", "--model", model,
                        "--phase", phase, "--dir", str(folder), "--real-steps",
                        str(args.real_steps), *(["--quick"] if args.quick else []))
-    _run(command, f"{model} {phase}")
+    try:
+        _run(command, f"{model} {phase}")
+    except RuntimeError as failed:  # a rank's teardown can abort (gloo's threads): once more
+        print(f"{failed}\n(again)", file=sys.stderr)
+        _run(command, f"{model} {phase}")
 
 
 def capture(model: str, folder: Path) -> Dict[str, Any]:
@@ -236,7 +240,7 @@ def replay(model: str, spec: Path, folder: Path, index: int) -> Dict[str, Any]:
 
 def recorded_comm(folder: Path) -> Dict[Any, float]:
     """(op, rank) -> the recording's communication time (ms) of that collective op: the sum of
-    its calls' ``comm_us`` (their backend's span) in the captured step file."""
+    its calls' ``comm_us`` (issue to their backend span's end) in the captured step file."""
     data = json.loads((folder / "job.step.json").read_text())
     out: Dict[Any, float] = {}
     for body in data["ranks"]:

@@ -223,6 +223,7 @@ def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_pa
     status = ranks[0].wait(60)
     took = time.monotonic() - killed
     stdout, stderr = ranks[0].communicate(1)
+    print(f"rank 0 ended {took:.2f} s after rank 1 was killed (exit status {status})")
     assert status == 1
     assert took < 30, f"rank 0 took {took:.1f} s to end"
     errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]
@@ -263,6 +264,8 @@ def test_a_collective_that_never_completes_ends_the_job_within_its_timeout(tmp_p
         stdout, stderr = ranks[0].communicate(1)
     finally:
         ranks[1].kill()
+    print(f"rank 0 ended {took:.2f} s after rank 1 stopped (--dist-timeout 6; exit status "
+          f"{status})")
     assert status == 1, stderr[-2000:]
     assert took < 6 + 30, f"rank 0 took {took:.1f} s to end"
     errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]

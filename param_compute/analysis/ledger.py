@@ -26,7 +26,7 @@ faults and the direction of the gap:
   cores with compute, another network).
 
 A collective's row (a job's, ``runtime.job``) is its communication time: the original's
-backend span (or kernels), the in-step time from its issue until its work completed, and the
+from its issue to its backend span's end (or its kernels), the in-step time from its issue until its work completed, and the
 isolated time measured alone across the ranks (the slowest rank's). A job's ledger also says,
 per rank, the step's compute, its communication and the part of it not hidden behind compute
 (``communication``); ``job_ledger`` puts the ranks of one job together (the job's

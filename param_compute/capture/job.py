@@ -325,7 +325,8 @@ def coverage_line(workload: CapturedWorkload) -> str:
             "calls)") if parts else "original time: no Kineto trace joined"
     if comm["calls"] and comm["timed_calls"]:
         text += (f"; communication {comm['comm_us'] / 1e3:.3f} ms in {comm['calls']} "
-                 f"collective call(s) ({comm['timed_calls']} timed by their backend's span)")
+                 f"collective call(s) ({comm['timed_calls']} timed from their issue to their "
+                 "backend span's end)")
     elif comm["calls"]:
         text += (f"; {comm['calls']} collective call(s), their communication not timed (a "
                  "Kineto trace of the backend's thread times it: --from-et with --kineto)")

@@ -42,8 +42,9 @@ replays its own, ``rank_step``), one per rank of the world. Its calls may also s
 * ``"waits": [CALL, ...]``: earlier calls (async collectives) whose work is waited right
   before this call, where the original waited it (work never waited is waited at the step's
   end);
-* ``"comm_us": 812.0``: a collective call's communication time in the original (its backend's
-  span: gloo's thread, or NCCL's kernel), beside ``original_us`` (the call on the host).
+* ``"comm_us": 812.0``: a collective call's communication time in the original (from its
+  issue to its backend span's end: gloo's thread, or NCCL's kernel), beside ``original_us``
+  (the call on the host).
 
 A version-1 file is read as rank 0 of a world of one.
 

@@ -10,10 +10,11 @@
   says. A ``record_param_comms`` named ``wait`` marks where a collective (by its sequence
   number) was waited (``wait_records``).
 * **Communication time.** The backend runs a collective on its own thread, under a
-  ``gloo:<name>`` (or ``nccl:<name>``) record-function node that the trace holds right after the
-  ``c10d::`` call's (by id), over the call's tensors: ``backend_nodes`` pairs each call with
-  it, and the Kineto join gives its span, the call's communication time (on CUDA, the kernels
-  the call launched are its communication instead).
+  ``gloo:<name>`` (or ``nccl:<name>``) record-function node, usually numbered right after the
+  ``c10d::`` call's and over the call's tensors: ``backend_nodes`` pairs each call with it (in
+  order where there is one per call), and the Kineto join gives the call's communication time,
+  from its issue to its span's end (on CUDA, the kernels the call launched are its
+  communication instead).
 """
 
 from __future__ import annotations
