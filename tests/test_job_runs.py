@@ -203,12 +203,13 @@ def test_an_allreduce_sweep_gives_time_algbw_and_busbw_per_size(tmp_path):
         [r["metric"]["forward"]["measure.time"] for r in two]
 
 
-def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_path):
+def ranks_in_step_replay(tmp_path: Path, dist_timeout: int):
+    """Two ranks of a job whose step replay takes seconds, once rank 0 is well inside it (the
+    all-reduce measured alone first, quickly)."""
     path = job_files(tmp_path, size=1024 * 1024)  # a 1024² mm: tens of ms a step
-    out = tmp_path / "res.json"
-    # the allreduce measured alone first (quick), then a step replay of seconds
     ranks = start_ranks(["-c", path, "--replay-step", "-w", "1", "-i", "200",
-                         "--only", "c10d*", "--dist-timeout", "30", "--output", out], tmp_path)
+                         "--only", "c10d*", "--dist-timeout", str(dist_timeout), "--output",
+                         tmp_path / "res.json"], tmp_path)
     marker = tmp_path / "res.rank0of2.json.running"  # the run rank 0 is executing
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -217,7 +218,12 @@ def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_pa
         time.sleep(0.1)
     else:
         pytest.fail("rank 0 never started the step replay")
-    time.sleep(2.0)  # well inside the step replay
+    time.sleep(1.5)
+    return ranks
+
+
+def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_path):
+    ranks = ranks_in_step_replay(tmp_path, 30)
     ranks[1].kill()
     killed = time.monotonic()
     status = ranks[0].wait(60)
@@ -243,19 +249,7 @@ def test_a_collective_that_never_completes_ends_the_job_within_its_timeout(tmp_p
     within --dist-timeout, one message naming the call, every measured record kept."""
     import signal
 
-    path = job_files(tmp_path, size=1024 * 1024)
-    out = tmp_path / "res.json"
-    ranks = start_ranks(["-c", path, "--replay-step", "-w", "1", "-i", "200",
-                         "--only", "c10d*", "--dist-timeout", "6", "--output", out], tmp_path)
-    marker = tmp_path / "res.rank0of2.json.running"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if marker.exists() and "step_replay" in marker.read_text():
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("rank 0 never started the step replay")
-    time.sleep(1.0)
+    ranks = ranks_in_step_replay(tmp_path, 6)
     ranks[1].send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
     try:

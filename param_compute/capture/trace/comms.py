@@ -196,21 +196,16 @@ def wait_records(tree: TraceTree, window: Optional[set]) -> List[tuple]:
 
 def recorded_group(tree: TraceTree, node: Dict[str, Any]) -> Optional[str]:
     """The process group a ``record_param_comms`` node below a call names (NCCL traces)."""
-    stack = list(tree.children.get(node["id"], []))
-    seen = 0
-    while stack and seen < 64:
-        child = stack.pop()
-        seen += 1
-        if child.get("name") == "record_param_comms":
-            name = attr(child, "pg_name")
-            if _text(name) and name:
-                return name
-            values = (child.get("inputs") or {}).get("values") if isinstance(
-                child.get("inputs"), dict) else None
-            if isinstance(values, list) and len(values) > 2 and isinstance(values[2], list) \
-                    and values[2] and _text(values[2][0]) and values[2][0]:
-                return values[2][0]
-        stack.extend(tree.children.get(child["id"], []))
+    record = _record(tree, node)
+    if record is None:
+        return None
+    name = attr(record, "pg_name")
+    if _text(name) and name:
+        return name
+    values = _values(record)
+    if len(values) > 2 and isinstance(values[2], list) and values[2] and _text(values[2][0]) \
+            and values[2][0]:
+        return values[2][0]
     return None
 
 
