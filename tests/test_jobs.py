@@ -356,6 +356,8 @@ def test_every_ranks_trace_captured_into_one_job_with_paired_collectives(tmp_pat
     assert calls[2]["waits"] == [1]  # waited where the original read what it reduced
     assert calls[1]["comm_us"] == 425.0
     assert step["ranks"][0]["original"]["communication"]["comm_us"] == 635.0
+    # the spans less what the muls cover (10 µs); the collectives' own calls hide nothing
+    assert step["ranks"][0]["original"]["communication"]["exposed_us"] == 590.0
     planned = param_compute.run(out, dry_run=True, replay_step=True).records
     # rank 0's part, in the job's order: collectives, its step, then compute
     assert [r["op_name"] for r in planned] == ["c10d::allreduce_", "c10d::alltoall_base_",

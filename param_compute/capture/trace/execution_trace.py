@@ -361,13 +361,15 @@ class CollectiveSource:
 
     def exposed_us(self) -> Optional[float]:
         """The collectives' communication not hidden behind the rank's own calls: their
-        backend spans' union less the part covered by the top-level calls' spans (µs); where
-        the Kineto trace holds several steps, the mean over them."""
+        backend spans' union less the part covered by the spans of the top-level calls other
+        than the collectives' own (a collective's call, which issues it or waits in it, hides
+        nothing) (µs); where the Kineto trace holds several steps, the mean over them."""
         if self.timing is None or not self.spans:
             return None
         matched = self.timing.matched
         comm_events = [matched.get(span["id"]) or [] for span in self.spans.values()]
-        busy_events = [matched.get(node_id) or [] for node_id in self.timing.events]
+        busy_events = [matched.get(node_id) or [] for node_id in self.timing.events
+                       if node_id not in self.spans]
         steps = min((len(events) for events in comm_events if events), default=0)
         if not steps:
             return None
