@@ -52,7 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _processes import pinned_cpu, quietest_cpu  # noqa: E402
+from _processes import (RECYCLE, pinned_cpu, quietest_cpu,  # noqa: E402
+                        recycle_freed_memory)
 
 from param_compute.capture.live.timing import time_ops_in_place, time_step  # noqa: E402
 from param_compute.cli.capture import capture_run  # noqa: E402
@@ -243,10 +244,6 @@ def replay_once(spec: Path, results: Path, options, host_gaps: str) -> Dict[str,
         raise SystemExit(f"workload_totals failed:\n{totals.stderr[-3000:]}")
     return json.loads(totals.stdout)
 
-
-#: glibc tunables that keep freed memory for reuse (``--malloc recycle``): never trim the heap,
-#: and serve blocks up to 32 MiB (the largest mmap threshold glibc takes) from it.
-RECYCLE = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=33554432"
 
 
 def measure_real(name: str, options, workdir: Path, capture: bool) -> Dict[str, Any]:
@@ -450,8 +447,7 @@ def main() -> int:
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.malloc == "recycle" and not options.one:  # inherited by every child process
-        os.environ["GLIBC_TUNABLES"] = ":".join(
-            part for part in (os.environ.get("GLIBC_TUNABLES"), RECYCLE) if part)
+        recycle_freed_memory()
     if options.one:
         result = measure_real(options.one, options, options.keep, capture=options.rep == 0)
         options.into.write_text(json.dumps(result))

@@ -34,6 +34,14 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
+def format_size(nbytes: int) -> str:
+    """A memory estimate for the guard's and a graph's refusals, up to TiB (``6.4 GiB``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes} B"
+
+
 def cell(value: Any):
     """Text from a results file as a rich table cell: shown as it is, never read as markup
     (``[/bold]`` in an op name was a traceback, ``[link=...]`` a hyperlink), control characters

@@ -41,6 +41,13 @@ atexit.register(lambda: os.getpid() == _SANDBOX_OWNER
 if "PARAM_COMPUTE_NAME_INDEX_DIR" not in os.environ:
     os.environ["PARAM_COMPUTE_NAME_INDEX_DIR"] = str(SANDBOX_CACHE / "names")
 
+# torch.compile's caches too (Inductor's compiled code, autotuning, Triton's kernels): under the
+# sandbox, never the user's /tmp/torchinductor_USER, and compiles run in the test's own process
+# (no pool of compile workers on a two-core machine).
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(SANDBOX_CACHE / "torchinductor")
+os.environ["TRITON_CACHE_DIR"] = str(SANDBOX_CACHE / "triton")
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+
 # Printed output is as wide as COLUMNS says (``param_compute.terminal``); pytest-xdist's workers
 # run with COLUMNS=80 and a shell may set anything. The suite runs without it (the width off a
 # terminal is then 120); a test that wants a width sets COLUMNS itself.

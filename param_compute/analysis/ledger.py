@@ -32,6 +32,10 @@ per rank, the step's compute, its communication and the part of it not hidden be
 (``communication``); ``job_ledger`` puts the ranks of one job together (the job's
 ``in_step_ms`` is the median over the ranks of each rank's step).
 
+A compiled region's graph (``graph::NAME``) is a row like an op's, marked ``(eager)`` where
+``--eager-regions`` ran it as PyTorch runs it uncompiled; a trace's compiled regions that no captured
+call ran are rows of their own (``compiled region kernels: ...``, original time only).
+
 Torch-free: it reads the results file's run records and its step record (the step replay's,
 ``results.file``'s typed reader hands both).
 """
@@ -236,7 +240,11 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
                      "original_ms": item["original_ms"], "in_step_ms": None,
                      "isolated_ms": None, "failed": 0, "original_faults": None,
                      "in_step_faults": None, "collective": is_collective(item["op"])})
+    graphs = step.get("graphs") if isinstance(step.get("graphs"), dict) else {}
+    eager = graphs.get("mode") == "eager"
     for row in rows:
+        if row["op"].startswith("graph::"):  # a compiled region's graph: how it replayed
+            row["replayed"] = "eager" if eager else "compiled"
         row["in_step_over_original"] = _ratio(row["in_step_ms"], row["original_ms"])
         row["isolated_over_original"] = _ratio(row["isolated_ms"], row["original_ms"])
         row["isolated_over_in_step"] = _ratio(row["isolated_ms"], row["in_step_ms"])
@@ -332,6 +340,7 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
                     "isolated_ms": total("isolated_ms", False)},
         "communication": _communication(step, original_info) if any(
             r.get("collective") for r in rows) else None,
+        "regions": _regions(step, rows),
         "ops": rows,
     }
 
@@ -351,6 +360,39 @@ def _communication(step: Dict[str, Any], original_info: Dict[str, Any]) -> Dict[
             "in_step_ms": measured(replay.get("comm_ms")),
             "original_exposed_ms": ms(original.get("exposed_us")),
             "in_step_exposed_ms": measured(replay.get("exposed_ms"))}
+
+
+def _regions(step: Dict[str, Any], rows) -> Optional[Dict[str, Any]]:
+    """The compiled regions: how their graphs replayed (the step record's ``graphs``), and
+    the original time of regions a trace left uncovered (``compiled region kernels: ...``)."""
+    graphs = step.get("graphs") if isinstance(step.get("graphs"), dict) else {}
+    uncovered = [r for r in rows if r["op"].startswith("compiled region kernels")]
+    if not graphs.get("count") and not uncovered:
+        return None
+    mode = graphs.get("mode") if graphs.get("mode") in ("eager", "compiled") else None
+    eager_as = graphs.get("eager_as") if isinstance(graphs.get("eager_as"), dict) else {}
+    return {"graphs": _calls(graphs.get("count")), "mode": mode,
+            "as_own_ops": sum(1 for how in eager_as.values() if how == "graph"),
+            "not_covered_ms": sum(r["original_ms"] or 0 for r in uncovered) or None}
+
+
+def regions_note(ledger: Dict[str, Any]) -> Optional[str]:
+    """One line on the step's compiled regions: replayed eagerly or compiled, or their time a
+    trace could not capture."""
+    regions = ledger.get("regions")
+    if not regions:
+        return None
+    parts = []
+    if regions.get("graphs"):
+        own = regions.get("as_own_ops") or 0
+        parts.append(f"{regions['graphs']} compiled regions' graphs replayed "
+                     + (f"eagerly (--eager-regions: as PyTorch runs them uncompiled"
+                        + (f"; {own} as their own aten ops one by one" if own else "") + ")"
+                        if regions.get("mode") == "eager" else "compiled with Inductor"))
+    if regions.get("not_covered_ms"):
+        parts.append(f"{_ms(regions['not_covered_ms'])} ms of compiled region kernels not "
+                     "covered (no captured call ran them)")
+    return "; ".join(parts) or None
 
 
 #: The share of the real step outside its ops from which the ledger says why (10%).
@@ -418,6 +460,9 @@ def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
     note = outside_note(ledger)
     if note:
         lines.append(f"  ({note})")
+    regions = regions_note(ledger)
+    if regions:
+        lines.append(f"  compiled regions: {regions}")
     touched = [ledger.get(key) for key in ("original_faults", "in_step_faults")]
     if any(count is not None and count >= FAULT_PAGES for count in touched):
         lines.append(f"  {'first touches a step, orig / in-step':<36} "
@@ -430,7 +475,8 @@ def format_ledger(ledger: Dict[str, Any], width: Optional[int] = None) -> str:
     lines += ["", header, "-" * len(header)]
     table = range(len(lines) - 2, len(lines) + len(ledger["ops"]))  # cut, not wrapped
     for row in ledger["ops"]:
-        lines.append(f"{printable(row['op'][:op_width]):<{op_width}} {row['calls']:>6} "
+        label = row["op"] + (" (eager)" if row.get("replayed") == "eager" else "")
+        lines.append(f"{printable(label[:op_width]):<{op_width}} {row['calls']:>6} "
                      f"{_ms(row['original_ms']):>10} "
                      f"{_ms(row['in_step_ms']):>10} {_ms(row['isolated_ms']):>10} "
                      f"{_x(row['in_step_over_original']):>9} "
@@ -467,15 +513,16 @@ def ledger_section(ledger: Dict[str, Any]) -> str:
                            ("original op time captured", "original_captured_ms"),
                            ("real step outside its ops", "outside_ops_ms"))
         if key not in ("host_gaps_ms", "outside_ops_ms") or ledger.get(key) is not None)
-    note = outside_note(ledger)
-    if note:
-        totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
+    for note in (outside_note(ledger), regions_note(ledger)):
+        if note:
+            totals += f"<tr><td colspan=\"2\" class=\"note\">{escape(note)}</td></tr>"
     faults = has_faults(ledger)
     head = ("op", "calls", "original ms", "in-step ms", "isolated ms", "in-step / original",
             "isolated / original", "isolated / in-step") \
         + (("page faults, original / in-step",) if faults else ()) + ("reason",)
     body = "".join(
-        f"<tr><td>{escape(row['op'])}</td><td class=\"num\">{row['calls']}</td>"
+        f"<tr><td>{escape(row['op'] + (' (eager)' if row.get('replayed') == 'eager' else ''))}"
+        f"</td><td class=\"num\">{row['calls']}</td>"
         + "".join(f"<td class=\"num\">{cell}</td>" for cell in (
             _ms(row["original_ms"]), _ms(row["in_step_ms"]), _ms(row["isolated_ms"]),
             _x(row["in_step_over_original"]), _x(row["isolated_over_original"]),

@@ -16,6 +16,7 @@ KINDS = {
     "collective": "collectives (communication, not compute; replayed by a comms benchmark)",
     "stream": "stream bookkeeping (record_stream, waits: no compute)",
     "triton": "Triton kernels of torch.compile (generated code, no aten schema to replay)",
+    "compiled": "compiled regions (torch.compile) not captured as graphs",
     "autograd_node": "bodies of autograd C++ nodes (their recorded calls carry no schema)",
     "namespace": "operators of a namespace not allowed (--allow-namespace NS)",
     "argument": "unsupported argument types",

@@ -2,7 +2,9 @@
 
 Steps captured, how input layouts were obtained, each group of calls not captured (its kind,
 calls and first ops), configs without a kernel on the target device, and, with a Kineto trace
-joined, the share of the original CPU and device time the captured calls account for.
+joined, the share of the original CPU and device time the captured calls account for; the
+step's compiled regions (``torch.compile``): captured as graphs live, or, from a trace, the
+time inside them no captured call accounts for, counted as not covered.
 """
 
 from __future__ import annotations
@@ -42,6 +44,69 @@ def time_coverage(captured: List[Tuple[str, OriginalTimes]],
                          "device": round(totals["device_total"], 1)},
             "per_op": {op: {k: round(v, 1) for k, v in row.items()} for op, row in ranked}}
 
+
+
+def region_rows(regions, ops: Dict[str, Any], skipped: Dict[str, OriginalTimes],
+                skipped_calls: Dict[str, int]) -> Dict[str, Any]:
+    """A live capture's compiled regions (``regions``: its ``capture.live.compiled``
+    recorder): every graph Inductor compiled, with the calls the captured steps made of it
+    (``ops``: the workload's ``graph::NAME`` configs; ``skipped``: the original times of
+    calls not captured, by op), their original time, and whether it was captured as a graph
+    or why not."""
+    rows = []
+    for record in regions.graphs:
+        entries = list((ops.get(record.op) or {}).get(record.name, {}).values())
+        times = OriginalTimes()
+        for entry in entries:
+            times.cpu += entry["original"].cpu
+            times.device += entry["original"].device
+        left = skipped.get(record.op)
+        if left is not None:
+            times.cpu += left.cpu
+            times.device += left.device
+        captured = sum(entry["count"] for entry in entries)
+        row = {**record.to_json(), "calls": captured + skipped_calls.get(record.op, 0),
+               "captured_calls": captured,
+               "time_us": {"cpu": round(times.cpu, 1), "device": round(times.device, 1)}}
+        rows.append(row)
+    ran = [row for row in rows if row["calls"]]
+    return {"count": len(ran), "captured_as_graphs": sum(1 for r in ran if r["captured_calls"]),
+            "calls": sum(r["calls"] for r in ran),
+            "time_us": {side: round(sum(r["time_us"][side] for r in ran), 1)
+                        for side in ("cpu", "device")},
+            "graphs": rows, "graph_breaks": regions.graph_breaks(),
+            "other_backend_graphs": regions.other_backend_graphs(),
+            "replay": "each captured graph is the config graph::NAME (its graph in the spec's "
+                      "__graphs__), compiled with Inductor when the replay starts; "
+                      "--eager-regions runs the region as PyTorch runs it uncompiled "
+                      "instead (each graph's 'eager' says how)"}
+
+
+def _live_region_lines(regions: Dict[str, Any]) -> List[str]:
+    """The summary's lines for a live capture's compiled regions."""
+    lines = []
+    if regions["count"]:
+        names = ", ".join(f"graph::{r['graph']}" for r in regions["graphs"]
+                          if r["captured_calls"])[:300]
+        lines.append(f"  compiled regions: {regions['count']} graphs ran "
+                     f"({regions['calls']} calls, {regions['time_us']['cpu'] / 1e3:.3f} ms "
+                     f"original), {regions['captured_as_graphs']} captured as graphs"
+                     + (f", replayed compiled by Inductor (--eager-regions: as PyTorch runs "
+                        f"them uncompiled): {names}" if names else ""))
+    for row in regions["graphs"]:
+        if row["calls"] and not row["captured_calls"]:
+            lines.append(f"  not captured as a graph: {row['graph']} ({row['pass']} of region "
+                         f"{printable(row['region'], 40)}, {row['calls']} calls): "
+                         f"{printable(row.get('reason'), 200)}: not covered")
+    if regions["graph_breaks"]:
+        first = regions["graph_breaks"][0]
+        lines.append(f"  graph breaks: {sum(b['count'] for b in regions['graph_breaks'])} "
+                     f"(the code between regions captured op by op): {first['reason'][:160]}"
+                     + (" ..." if len(regions["graph_breaks"]) > 1 else ""))
+    if regions["other_backend_graphs"]:
+        lines.append(f"  {regions['other_backend_graphs']} compiled graphs of another backend "
+                     "than Inductor: their aten ops captured as that backend ran them")
+    return lines
 
 
 def summary_lines(workload) -> List[str]:
@@ -104,5 +169,15 @@ def summary_lines(workload) -> List[str]:
         if cost:
             lines.append(f"  profiler cost subtracted: {cost['per_call_us']:.2f} µs per "
                          f"profiled call ({cost['calibrated_from']})")
+    regions = workload.compiled_regions()
+    if regions is not None:
+        if "graphs" in regions:
+            lines += _live_region_lines(regions)
+        else:
+            from param_compute.capture.trace.compiled import summary_line
+
+            line = summary_line(regions)
+            if line:
+                lines.append(line)
     return lines
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
+from param_compute.spec.graphs import GRAPH_PREFIX
 from param_compute.capture.index_rules import index_rules
 from param_compute.spec.index_data import STRUCTURE_KEYS
 from param_compute.capture.schema_args import schema_arguments, split_name
@@ -246,6 +247,12 @@ def param_form_spec(spec: Dict[str, Any]) -> Tuple[Dict[str, Any], List[ParamFor
     notes: List[ParamFormNote] = []
     out: Dict[str, Any] = {}
     for op, entry in spec.items():
+        if op.startswith(GRAPH_PREFIX):  # a compiled region's graph: PARAM has no such op
+            notes.extend(ParamFormNote(op, "", index, "a compiled region's graph: PARAM "
+                                       "skips it as an unknown operator", True)
+                         for config in entry["config"] for index in range(len(config["input"])))
+            out[op] = entry
+            continue
         configs = []
         for config in entry["config"]:
             schema = config["build"][0]["args"][0]["value"]

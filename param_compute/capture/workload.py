@@ -23,6 +23,7 @@ from param_compute.operators.names import TORCH_NAMESPACES
 from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
 from param_compute.spec.model import DEFAULT_DATA_GENERATOR
 from param_compute.plan.runkey import format_key
+from param_compute.spec.graphs import GRAPH_PREFIX, GRAPHS_KEY
 from param_compute.spec.reserved import CAPTURE_KEY
 from param_compute.capture.accounting import KINDS, OriginalTimes, SkippedOp, kind_reason, op_kind
 from param_compute.capture.portable import can_check, missing_kernels
@@ -134,6 +135,13 @@ class CapturedWorkload:
         #: A live capture under torchrun, on rank 0: every rank's workload, to be joined
         #: (``capture.job``); None otherwise.
         self.job_parts: Optional[List["CapturedWorkload"]] = None
+        #: A live capture's recorder of compiled regions (``capture.live.compiled``), and the
+        #: graphs its calls ran, by name (``graph::NAME`` configs; ``spec.graphs``).
+        self.regions = None
+        self._graphs: Dict[str, Dict[str, Any]] = {}
+        #: A trace's compiled regions and their time no captured call accounts for
+        #: (``capture.trace.compiled``).
+        self.trace_regions: Optional[Dict[str, Any]] = None
 
     # -- collecting --------------------------------------------------------------------------
     def skip(self, op: str, reason: str, count: int = 1, counted: bool = False,
@@ -240,6 +248,34 @@ class CapturedWorkload:
                 timed += entry["comm"][1]
         return {"calls": calls, "timed_calls": timed, "comm_us": round(total, 1)}
 
+    def add_graph(self, record, args: List[Dict[str, Any]],
+                  original: Optional[Tuple[Optional[float], Optional[float]]] = None
+                  ) -> Tuple[str, str, str]:
+        """Record one call of a compiled region's graph (``record``: its
+        ``capture.live.compiled.RegionGraph``, ``args``: its inputs' data specs) as a config of
+        ``graph::NAME``; the config it went into."""
+        self.calls += 1
+        self._graphs[record.name] = record.graph
+        for tensor in _walk_tensors(args):
+            tensor.pop("storage_offset", None)  # a compiled graph reads its inputs as views
+        key = json.dumps(_without_ranges({"args": args}), sort_keys=True)
+        bucket = self._ops.setdefault(record.op, {}).setdefault(record.name, {})
+        entry = bucket.get(key)
+        if entry is None:
+            entry = bucket[key] = {"args": copy.deepcopy(args), "kwargs": {}, "count": 1,
+                                   "original": OriginalTimes()}
+        else:
+            entry["count"] += 1
+            _widen(entry["args"], args)
+        entry["original"].add(original)
+        self.last_config = (record.op, record.name, key)
+        return self.last_config
+
+    def uncovered(self, what: str, original: Tuple[Optional[float], Optional[float]]) -> None:
+        """Original time no call accounts for (a compiled region's kernels in a trace): not
+        covered, named ``what``, with no calls of its own."""
+        self._original_skipped.setdefault(what, OriginalTimes()).add(original)
+
     def _refusal(self, namespace: str, base: str, overload: str) -> Optional[Tuple[str, str]]:
         """(kind, reason) when calls of this op are not captured, else None."""
         if namespace != "aten" and namespace not in self.allow_namespaces \
@@ -287,9 +323,12 @@ class CapturedWorkload:
     def spec_and_notes(self, param_form: bool = False):
         """(the spec, the ``ParamFormNote`` list for the PARAM form, or None without it)."""
         spec = self._compact_spec()
-        if not param_form:
-            return spec, None
-        return param_form_spec(spec)
+        notes = None
+        if param_form:
+            spec, notes = param_form_spec(spec)
+        if self._graphs:  # the graphs the spec's graph::NAME configs replay (spec.graphs)
+            spec[GRAPHS_KEY] = dict(self._graphs)
+        return spec, notes
 
     def settings(self) -> Dict[str, Any]:
         """``__capture__`` (``spec.reserved``): the device, thread count and allocator settings
@@ -307,12 +346,11 @@ class CapturedWorkload:
         out: Dict[str, Any] = {}
         for base, schemas in self._ops.items():
             configs = []
+            graph = base.startswith(GRAPH_PREFIX)  # one config per graph, no build args
             for schema, bucket in schemas.items():
                 inputs = [self.arg_spec_list(entry, main) for entry in bucket.values()]
-                if schema == COLLECTIVE_SCHEMA:
-                    configs.append({"input": inputs})
-                    continue
-                configs.append({"build": [{"args": [{"type": "str", "value": schema}]}],
+                configs.append({"input": inputs} if graph or schema == COLLECTIVE_SCHEMA else
+                               {"build": [{"args": [{"type": "str", "value": schema}]}],
                                 "input": inputs})
             out[base] = {"build_data_generator": DEFAULT_DATA_GENERATOR,
                                     "input_data_generator": DEFAULT_DATA_GENERATOR,
@@ -382,6 +420,9 @@ class CapturedWorkload:
             report["strides"] = self.strides
         if self.kineto is not None:
             report["original_time"] = {**self.kineto, **self.time_coverage()}
+        regions = self.compiled_regions()
+        if regions is not None:
+            report["compiled_regions"] = regions
         if param_form_notes is not None:
             report["param_form"] = {
                 "configs_param_fails_on": len(noted_configs(param_form_notes, fails=True)),
@@ -446,6 +487,22 @@ class CapturedWorkload:
         captured = [(op, entry["original"]) for op, schemas in self._ops.items()
                     for bucket in schemas.values() for entry in bucket.values()]
         return time_coverage(captured, list(self._original_skipped.items()))
+
+    def compiled_regions(self) -> Optional[Dict[str, Any]]:
+        """The step's compiled regions (``torch.compile``): ``count`` (graphs that ran),
+        ``captured_as_graphs``, ``time_us`` (their original time per step), each graph with its
+        calls, time, and whether it was captured or why not, graph breaks, regions compiled
+        by another backend; or a trace's regions and their time no captured call accounts
+        for. None for a step with none."""
+        if self.trace_regions is not None:
+            return self.trace_regions
+        if self.regions is None or not self.regions.graphs:
+            return None
+        from param_compute.capture.coverage import region_rows
+
+        return region_rows(self.regions, self._ops, self._original_skipped,
+                           {op: skip.count for skip in self._skipped.values()
+                            for op in [skip.op] if op.startswith(GRAPH_PREFIX)})
 
     def summary_lines(self) -> List[str]:
         """The summary, then one short line per thing a user must know (steps, layouts, each

@@ -9,7 +9,9 @@ the path; or a ``.py`` file, its folder then on the path), calls FUNCTION with n
 ``--warmup`` times uncaptured (lazy initialization, first-step allocation of gradients), times
 it unprofiled (the real step) and op by op in place (the originals, ``capture.live.timing``),
 then calls it ``--steps`` times under the capture. Build the model at import time (or cache it)
-so that only the step is captured.
+so that only the step is captured. A ``torch.compile``d model compiles again in the warm-up,
+through a recorder of its graphs (``capture.live.compiled``): each compiled region is then one
+call of its graph, timed, captured and replayed as one.
 
 The user's code runs in a process of its own, the leader of a process group the command owns
 (``process.group``): Ctrl-C, SIGTERM or SIGHUP ends the whole group, whatever the step forked
@@ -135,24 +137,29 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
                 allow_namespaces: Sequence[str] = (), repeats: int = 3):
     """Warm up, time the step unprofiled (``repeats`` times) and op by op in place
     (``capture.live.timing``), then capture ``steps`` steps with those times as originals."""
+    from param_compute.capture.live.compiled import RegionRecorder
     from param_compute.capture.live.dispatch import capture_ops
     from param_compute.capture.live.step_code import this_process_only
     from param_compute.capture.live.timing import host_gaps, time_ops_in_place, time_step
     from param_compute.results.stats import median
 
     function = this_process_only(function)  # a forked copy that returns from it ends there
-    for _ in range(warmup):
-        function()
-    host: list = []
-    real = time_step(function, max(1, repeats), host=host)
-    faults: dict = {}
-    timeline: dict = {}
-    in_place = time_ops_in_place(function, steps, faults=faults, timeline=timeline)
-    gaps, tail = host_gaps(timeline)
-    with capture_ops(skip_views=skip_views, source=source, allow_namespaces=allow_namespaces,
-                     originals=in_place, original_faults=faults, original_gaps=gaps) as cap:
-        for _ in range(steps):
+    # Compiled regions (torch.compile) recorded from their first compile, in the warm-up:
+    # each a call of its graph, timed and captured as one (``capture.live.compiled``).
+    with RegionRecorder() as regions:
+        for _ in range(warmup):
             function()
+        host: list = []
+        real = time_step(function, max(1, repeats), host=host)
+        faults: dict = {}
+        timeline: dict = {}
+        in_place = time_ops_in_place(function, steps, faults=faults, timeline=timeline)
+        gaps, tail = host_gaps(timeline)
+        with capture_ops(skip_views=skip_views, source=source,
+                         allow_namespaces=allow_namespaces, originals=in_place,
+                         original_faults=faults, original_gaps=gaps, regions=regions) as cap:
+            for _ in range(steps):
+                function()
     workload = cap.workload
     timed = sum(len(v) for v in in_place.values())
     workload.kineto = {"file": "live timing (unprofiled)",

@@ -3,7 +3,8 @@
 In order: registered workloads; callables of torch's operator namespaces by dotted name
 (``torch.X``, ``torch.nn.functional.X``, ``torch.special.X``, ``torch.linalg.X``, ``torch.fft.X``),
 ``torch.nn`` Module classes, PARAM's in-place names (``torch.add_`` -> ``Tensor.add_``); then
-``aten::name(.overload)`` through ``torch.ops.aten``. A spec is data: names are looked up in the
+``aten::name(.overload)`` through ``torch.ops.aten``; ``graph::NAME``, a captured graph the engine
+binds to the spec's ``__graphs__`` (``operators.graphs``). A spec is data: names are looked up in the
 dict of an allowed namespace (statically: no module ``__getattr__`` runs, so nothing is imported
 or called by a lookup), never imported or evaluated; private and dunder names are unreachable.
 
@@ -34,6 +35,7 @@ from param_compute.operators.adapters import (AtenOperator, CallableOperator, In
 from param_compute.operators.collectives import FRIENDLY_PREFIX, kind_of, known_names
 from param_compute.operators.names import (TORCH_NAMESPACES, aten_base_name, aten_overload_name,
                                            op_namespace)
+from param_compute.spec.graphs import GRAPH_PREFIX, graph_name
 from param_compute.spec.model import Resolution
 
 FUNCTION_NAMESPACES = {
@@ -106,7 +108,8 @@ _ATEN_NAME = re.compile(r"^aten::([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z0-9_]+)?$")
 #: ``ns::op[.overload]`` of another operator namespace (resolved only where the run allows it).
 _NS_NAME = re.compile(r"^([a-z_][a-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z0-9_]+)?$")
 ALLOWED_FORMS = ("registered workloads, torch.X, torch.nn.functional.X, torch.special.X, "
-                 "torch.linalg.X, torch.fft.X, torch.nn.<Module>, aten::name[.overload]")
+                 "torch.linalg.X, torch.fft.X, torch.nn.<Module>, aten::name[.overload], "
+                 "graph::NAME")
 
 
 def _refusal(reason: str, hint: Optional[str] = None) -> Resolution:
@@ -244,6 +247,8 @@ class OperatorResolver:
             return collective
         if name.startswith("aten::"):
             return self._resolve_aten(name)
+        if name.startswith(GRAPH_PREFIX):
+            return self._resolve_graph(name)
         if name == "torch" or name.startswith("torch."):
             return self._resolve_torch(name)
         if _NS_NAME.match(name):
@@ -271,30 +276,18 @@ class OperatorResolver:
         return None
 
     def _resolve_aten(self, name: str) -> Resolution:
-        match = _ATEN_NAME.match(name)
-        if not match:
-            return _refusal(f"malformed aten operator name {name!r}", "write aten::name or "
-                            "aten::name.overload, e.g. aten::add.Tensor")
-        base = match.group(1)
-        if base.startswith("__") or base in REFUSED_ATEN_NAMES:
-            return _refusal(f"operator {name!r} is refused: dunder names, file access and "
-                            "process-wide state are not reachable from a spec")
-        try:
-            packet = getattr(torch.ops.aten, base)
-        except (AttributeError, RuntimeError):
-            packet = None
-        # The namespace object has attributes of its own (name, _dir, ...): only operators count.
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
-            attributes = vars(torch.ops.aten)
-            known = [n for n in dir(torch.ops.aten) if not n.startswith("__") and (
-                n not in attributes or isinstance(attributes[n], torch._ops.OpOverloadPacket))]
-            return _refusal(f"unknown aten operator {name!r}", did_you_mean(base, known))
-        if match.group(2):
-            overload = match.group(2)[1:]
-            if overload not in packet.overloads():
-                return _refusal(f"aten::{base} has no overload {overload!r}",
-                                f"overloads: {', '.join(packet.overloads())}")
+        _, refusal = aten_packet(name)
+        if refusal is not None:
+            return refusal
         return self._ok(name, "aten", partial(AtenOperator, name))
+
+    def _resolve_graph(self, name: str) -> Resolution:
+        """``graph::NAME``: a captured graph of the spec's ``__graphs__``, replayed as one
+        call; the engine binds it to its graph (``operators.graphs``), never the name."""
+        if graph_name(name) is None:
+            return _refusal(f"malformed graph operator name {name!r}",
+                            "write graph::NAME, NAME a graph of the spec's __graphs__")
+        return self._ok(name, "graph", partial(_unbound_graph, name))
 
     def _resolve_namespace(self, name: str) -> Resolution:
         """``ns::op[.overload]`` of a namespace besides aten (``fbgemm::...``): only where the
@@ -378,6 +371,43 @@ class OperatorResolver:
         if refused:
             return refused
         return self._ok(name, "function", partial(CallableOperator, target))
+
+
+def aten_packet(name: str) -> Tuple[Any, Optional[Resolution]]:
+    """(the ``OpOverloadPacket`` of ``aten::name[.overload]``, None), or (None, the refusal):
+    the rules every spec's aten name is held to (malformed, refused, unknown, no such
+    overload), looked up by exact name."""
+    match = _ATEN_NAME.match(name)
+    if not match:
+        return None, _refusal(f"malformed aten operator name {name!r}", "write aten::name or "
+                              "aten::name.overload, e.g. aten::add.Tensor")
+    base = match.group(1)
+    if base.startswith("__") or base in REFUSED_ATEN_NAMES:
+        return None, _refusal(f"operator {name!r} is refused: dunder names, file access and "
+                              "process-wide state are not reachable from a spec")
+    try:
+        packet = getattr(torch.ops.aten, base)
+    except (AttributeError, RuntimeError):
+        packet = None
+    # The namespace object has attributes of its own (name, _dir, ...): only operators count.
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        attributes = vars(torch.ops.aten)
+        known = [n for n in dir(torch.ops.aten) if not n.startswith("__") and (
+            n not in attributes or isinstance(attributes[n], torch._ops.OpOverloadPacket))]
+        return None, _refusal(f"unknown aten operator {name!r}", did_you_mean(base, known))
+    if match.group(2):
+        overload = match.group(2)[1:]
+        if overload not in packet.overloads():
+            return None, _refusal(f"aten::{base} has no overload {overload!r}",
+                                  f"overloads: {', '.join(packet.overloads())}")
+    return packet, None
+
+
+def _unbound_graph(name: str) -> OperatorInterface:
+    """A ``graph::NAME`` asked for outside a spec holding its graph (the engine binds each
+    one to its spec's ``__graphs__``: ``operators.graphs.graph_factory``)."""
+    raise KeyError(f"operator {name!r} replays a graph of a spec's __graphs__; this run has "
+                   "none by that name")
 
 
 #: Namespaces whose operators a library registers when imported.

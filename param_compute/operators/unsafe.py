@@ -60,7 +60,8 @@ def custom_namespace(op_name: str) -> Optional[str]:
     from param_compute.operators.names import TORCH_NAMESPACES
 
     namespace, sep, _ = op_name.partition("::")
-    if not sep or namespace == "aten" or namespace in TORCH_NAMESPACES \
+    # (graph::NAME, a captured graph, runs aten's ops, compiled by torch's own Inductor)
+    if not sep or namespace in ("aten", "graph") or namespace in TORCH_NAMESPACES \
             or is_collective(op_name):  # torch's own kernels, or torch.distributed's
         return None
     return namespace

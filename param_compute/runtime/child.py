@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Union
 
+from param_compute.spec.graphs import GRAPHS_KEY
 from param_compute.errors import OptionsError, SpecError
 from param_compute.plan.runplan import PlannedRun
 from param_compute.results.records import RunRecord
@@ -37,8 +38,12 @@ def operator_entry(op, config_index: Optional[int] = None) -> Dict[str, Any]:
 
 
 def spec_entries(spec) -> Dict[str, Any]:
-    """Every operator of a validated spec as JSON (what a worker validates again)."""
-    return {op.name: operator_entry(op) for op in spec.operators}
+    """Every operator of a validated spec as JSON (what a worker validates again), and the
+    graphs its ``graph::NAME`` operators replay (``spec.graphs``)."""
+    entries = {op.name: operator_entry(op) for op in spec.operators}
+    if getattr(spec, "graphs", None):
+        entries[GRAPHS_KEY] = spec.graphs
+    return entries
 
 
 def setup(spec: Dict[str, Any], source: str,

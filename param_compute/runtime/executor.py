@@ -336,9 +336,13 @@ class Executor:
         fn = op.bind_forward(args, kwargs)
         # FLOPs are counted on the eager call: a compiled callable run under the counting
         # dispatch mode has dynamo skip its frame for good (every later call ran eager), and a
-        # graph replay runs no aten ops to count.
-        self.eager_forward = fn
+        # graph replay runs no aten ops to count. An operator that compiles itself (a captured
+        # graph, ``operators.graphs``) gives its eager call, and its compile time.
+        eager = getattr(op, "bind_eager", None)
+        self.eager_forward = eager(args, kwargs) if eager is not None else fn
         setup: Dict[str, float] = {}
+        if getattr(op, "compile_ms", None) is not None:
+            setup["compile.time"] = op.compile_ms
         if self.options.pt2_model:
             compiled = torch.compile(fn)
             start = time.perf_counter()
@@ -361,8 +365,9 @@ class Executor:
         from param_compute.runtime.verify import verify
 
         graph_output = (lambda: self.device.graph_output) if self.options.cuda_graph else None
-        verdict = verify(fn, op.bind_forward, args, kwargs, self.options.verify,
-                         self.options.backward, graph_output)
+        # (a captured graph's eager reference is its aten ops one by one: ``bind_eager``)
+        verdict = verify(fn, getattr(op, "bind_eager", op.bind_forward), args, kwargs,
+                         self.options.verify, self.options.backward, graph_output)
         op.drop_outputs()
         return verdict
 

@@ -30,6 +30,7 @@ from typing import Any, Optional, Tuple
 
 from param_compute.plan.tensor_bytes import storage_elements, tensor_spec_bytes  # noqa: F401
 from param_compute.errors import OptionsError
+from param_compute.formatting import format_size  # noqa: F401 (imported from here too)
 
 DEFAULT_FRACTION = 0.5
 #: The largest ``--max-memory`` taken (an exabyte): more is no memory any machine has.
@@ -52,13 +53,6 @@ def parse_size(text: str) -> Optional[int]:
         raise OptionsError(f"--max-memory {text}: more than {MAX_SIZE:.0e} bytes (an exabyte); "
                            "write 'none' for no limit")
     return int(size)
-
-
-def format_size(nbytes: int) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= size:
-            return f"{nbytes / size:.3g} {unit}"
-    return f"{nbytes} B"
 
 
 def spec_bytes(value: Any) -> int:

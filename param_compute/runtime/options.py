@@ -255,6 +255,14 @@ class RunOptions:
              "launches then come at the original host's pace. auto (default): on a device, "
              "for an unprofiled host time; off on the host, where that time is the "
              "framework's own work and not the ops' (the ledger shows it)")
+    #: Replay the captured graphs of compiled regions (``graph::NAME``) as PyTorch runs them
+    #: uncompiled, their aten ops one by one, instead of compiled with Inductor
+    #: (``operators.graphs``).
+    eager_regions: bool = flag(
+        "--eager-regions", default=False, action="store_true",
+        help="run each captured torch.compile region (graph::NAME, isolated and in the "
+             "step) as PyTorch runs it uncompiled, its aten ops one by one, instead of "
+             "compiled with Inductor: beside a run without it, what compilation buys here")
 
     #: A job (``plan.job``): the backend of its process groups ("auto": gloo on the CPU,
     #: nccl on CUDA) and how long a collective may take before the job ends.

@@ -129,6 +129,10 @@ class StepReplay:
         self.pending = False  # some work not waited yet
         self._comm: Optional[Dict[str, Any]] = None
         self._build(runs)
+        for op in self._operators.values():  # (a captured graph's eager regions, stashed)
+            bound = getattr(op, "step_bound", None)
+            if bound is not None:
+                bound()
         mode = options.host_gaps  # wanted: the step file has them and the mode asks
         self.wants_gaps = self.step.get("real_host_us") is not None and (mode == "on" or (
             mode == "auto" and getattr(self.clock, "name", "") != "host"
@@ -142,6 +146,10 @@ class StepReplay:
             self.waits_ns, self.tail_wait_ns, self.scheduled = waits, tail, True
             self._plan = None  # the waits are part of the compiled calls
         return self.gap_fit
+
+    def operators(self) -> List[Any]:
+        """The built operators the step's calls run (one per build)."""
+        return list(self._operators.values())
 
     # -- building ----------------------------------------------------------------------------
     def _generator(self, name: str):

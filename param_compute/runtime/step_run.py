@@ -335,9 +335,34 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
            "faults_counted": f"minor page faults per call, median of {FAULT_PASSES} untimed "
                              "steps" if host else None,
            "host_gaps": host_gaps(replay, protocol), "configs": configs}
+    graphs = graph_details(replay)
+    if graphs:
+        out["graphs"] = graphs
     for key in ("real_step_us", "original", "rank", "world_size"):
         if replay.step.get(key) is not None:
             out[key] = replay.step[key]
+    return out
+
+
+def graph_details(replay) -> Optional[Dict[str, Any]]:
+    """How the step's captured graphs (``graph::NAME`` calls of compiled regions) were
+    replayed: compiled with Inductor (each one's compile time, kept out of the step's) or
+    eagerly (``--eager-regions``); None for a step without graphs."""
+    compiled = {op.name: round(op.compile_total_ms, 1)
+                for op in replay.operators() if hasattr(op, "compile_total_ms")}
+    if not compiled:
+        return None
+    eager = bool(getattr(replay.options, "eager_regions", False))
+    calls = sum(1 for call in replay.calls if call.run_key.startswith("graph::"))
+    out = {"count": len(compiled), "calls": calls, "mode": "eager" if eager else "compiled",
+           "how": "each region as PyTorch runs it uncompiled (--eager-regions): its eager "
+                  "forward and backward ops, or where the capture has none the graph's own "
+                  "aten ops one by one" if eager
+           else "each graph compiled with Inductor before the step was timed",
+           "compile_ms": {} if eager else compiled}
+    if eager:
+        out["eager_as"] = {op.name: op.eager_form for op in replay.operators()
+                           if hasattr(op, "eager_form")}
     return out
 
 

@@ -31,6 +31,13 @@ def _full_resolver(registries: Registries):
     return OperatorResolver(registries)
 
 
+def _check_graph(name: str, graph: Any):
+    """``operators.graphs.check_graph``, imported (with torch) only for a spec with graphs."""
+    from param_compute.operators.graphs import check_graph
+
+    return check_graph(name, graph)
+
+
 def _default_data_generator():
     """``PyTorch:DefaultDataGenerator``, imported (with torch) only when data are generated."""
     from param_compute.data.generator import DefaultDataGenerator
@@ -95,7 +102,7 @@ class Toolchain:
         check = self.check_aten_schema
         if check is None:
             from param_compute.operators.resolution import check_aten_schema as check
-        validator = SpecValidator(source, self.registries, self.resolver, check)
+        validator = SpecValidator(source, self.registries, self.resolver, check, _check_graph)
         return validator.validate(raw)
 
     def load(self, spec: Union[str, Path, dict]) -> BenchmarkSpec:
@@ -119,6 +126,11 @@ class Toolchain:
     def context(self, spec: BenchmarkSpec, options: RunOptions) -> ExecutionContext:
         """What an executor needs to measure ``spec``'s runs with ``options`` (completed:
         see :meth:`complete`)."""
-        return ExecutionContext(self.complete(options), spec, self.resolver.factory,
+        factory = self.resolver.factory
+        if spec.graphs:  # graph::NAME bound to the spec's own graph, never by name alone
+            from param_compute.operators.graphs import graph_factory
+
+            factory = graph_factory(factory, spec.graphs, options.eager_regions)
+        return ExecutionContext(self.complete(options), spec, factory,
                                 self.registries.data_generators, self.workloads_dirs,
                                 self.registries.config_iterators)

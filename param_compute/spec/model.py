@@ -8,7 +8,7 @@ torch itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 DEFAULT_DATA_GENERATOR = "PyTorch:DefaultDataGenerator"
 #: The names the default data generator answers to (PARAM's specs use both spellings).
@@ -34,6 +34,8 @@ class BenchmarkSpec:
     capture: Optional[Dict[str, Any]] = None
     #: A job's ``__process_groups__`` (``spec.job``), or None.
     process_groups: Optional[Dict[str, Any]] = None
+    #: A captured spec's compiled graphs (``__graphs__``, ``spec.graphs``): name -> graph.
+    graphs: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,13 @@ class Resolution:
     """What operator-name resolution says about a name (supplied by the resolver)."""
 
     ok: bool
-    kind: str = ""  # "workload", "function", "inplace", "module", "aten"
+    kind: str = ""  # "workload", "function", "inplace", "module", "aten", "graph"
     reason: str = ""
     hint: Optional[str] = None
 
 
 Resolver = Callable[[str], Resolution]
 AtenSchemaChecker = Callable[[str, str], Optional[str]]
+#: (graph name, graph) -> (path below the graph, message, hint) of each problem that needs torch
+#: to see (``operators.graphs.check_graph``).
+GraphChecker = Callable[[str, Dict[str, Any]], List[Tuple[tuple, str, Optional[str]]]]

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from param_compute.spec.graphs import GRAPHS_KEY, section_problems
 from param_compute.spec.job import PROCESS_GROUPS_KEY, process_groups_problems
 
 CAPTURE_KEY = "__capture__"
-RESERVED_KEYS = frozenset({CAPTURE_KEY, PROCESS_GROUPS_KEY})
+#: ``__graphs__``: a captured step's compiled graphs, replayed by ``graph::NAME`` operators
+#: (``spec.graphs``); ``__process_groups__``: a job's process groups (``spec.job``).
+RESERVED_KEYS = frozenset({CAPTURE_KEY, GRAPHS_KEY, PROCESS_GROUPS_KEY})
 CAPTURE_FIELDS = ("device", "num_threads", "source", "allocator")
 #: At most this many threads is a believable recorded setting.
 MAX_RECORDED_THREADS = 1 << 16
@@ -33,13 +36,6 @@ def _is_device(value: Any) -> bool:
         return False
     kind, sep, index = value.partition(":")
     return kind in ("cpu", "cuda") and (not sep or (index.isdigit() and kind == "cuda"))
-
-
-def reserved_problems(key: str, value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
-    """(path under the key, message, hint) for each problem of a reserved key's value."""
-    if key == PROCESS_GROUPS_KEY:
-        return process_groups_problems(value)
-    return capture_problems(value)
 
 
 def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
@@ -62,6 +58,15 @@ def capture_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
         problems.append((("source",), "source is text", None))
     problems.extend(_allocator_problems(value.get("allocator", {})))
     return problems
+
+
+def reserved_problems(key: str, value: Any) -> List[Tuple[tuple, str, Optional[str]]]:
+    """(path under the key, message, hint) for each problem of reserved key ``key``'s value."""
+    if key == GRAPHS_KEY:
+        return [(path[1:], message, hint) for path, message, hint in section_problems(value)]
+    if key == PROCESS_GROUPS_KEY:
+        return process_groups_problems(value)
+    return capture_problems(value)
 
 
 def _allocator_problems(value: Any) -> List[Tuple[tuple, str, Optional[str]]]:

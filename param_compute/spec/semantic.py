@@ -25,7 +25,8 @@ from param_compute.spec.limits import (CUSTOM_ITERATOR_PROBE, MAX_OPERATORS, MAX
 from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, MISREAD_FACTOR,
                                        RANGE_ITERATOR, literal_count, variant_axes)
 from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker, BenchmarkSpec,
-                                      OperatorSpec, Resolution, Resolver)
+                                      GraphChecker, OperatorSpec, Resolution, Resolver)
+from param_compute.spec.graphs import GRAPHS_KEY, graph_input_problems, graph_name, graphs_of
 from param_compute.spec.job import process_groups, rank_entry_problems
 from param_compute.spec.reserved import RESERVED_KEYS, capture_settings, reserved_problems
 from param_compute.spec.schema import data_spec_schema_problems, schema_problems
@@ -42,8 +43,11 @@ class SpecValidator(DataSpecChecks):
     """Checks one parsed spec; ``validate`` returns a BenchmarkSpec or raises SpecError."""
 
     def __init__(self, source: str, registries, resolve: Resolver,
-                 check_aten_schema: Optional[AtenSchemaChecker] = None):
+                 check_aten_schema: Optional[AtenSchemaChecker] = None,
+                 check_graph: Optional[GraphChecker] = None):
         self.source = source
+        self.check_graph = check_graph
+        self._graphs: Dict[str, Any] = {}  # the spec's __graphs__ (spec.graphs)
         self.registries = registries
         self.resolve = resolve
         self.check_aten_schema = check_aten_schema
@@ -92,10 +96,14 @@ class SpecValidator(DataSpecChecks):
                 raise _TooManyProblems
             bad_paths = [p.path for p in schema_errors]
             if isinstance(raw, dict):
+                self._graphs = graphs_of(raw)
                 for name, op in raw.items():
                     if name in RESERVED_KEYS:  # not an operator (spec.reserved)
+                        known = len(self.problems)
                         for where, message, hint in reserved_problems(name, op):
                             self.problem((name,) + where, message, hint)
+                        if name == GRAPHS_KEY and len(self.problems) == known:
+                            self._check_graphs()
                         continue
                     operator = self._check_operator(name, op, bad_paths)
                     if operator is not None:
@@ -110,7 +118,17 @@ class SpecValidator(DataSpecChecks):
         for warning in self.warnings:
             log.warning("%s: %s", self.source, warning)
         return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings),
-                             capture_settings(raw), process_groups(raw))
+                             capture_settings(raw), process_groups(raw),
+                             self._graphs or None)
+
+    def _check_graphs(self) -> None:
+        """What the graphs' form cannot say (``check_graph``, with torch): each node's operator
+        allowed and resolved by its exact name, its arity, and the memory its shapes need."""
+        if self.check_graph is None:
+            return
+        for name, graph in self._graphs.items():
+            for where, message, hint in self.check_graph(name, graph):
+                self.problem((GRAPHS_KEY, name) + tuple(where), message, hint)
 
     def _plugin_key(self, raw: Dict[str, Any], problem: Problem) -> Optional[Problem]:
         """None for an unknown key that the operator's iterator or generator declares it reads
@@ -174,6 +192,8 @@ class SpecValidator(DataSpecChecks):
         configs = op.get("config")
         if not isinstance(configs, list) or len(names) < 4:
             return None
+        if resolution.ok and resolution.kind == "graph":
+            self._check_graph_configs(name, configs)
         aten = resolution.ok and resolution.kind == "aten"
         proved = self._plain.__contains__
         whole = id(configs) in self._proved_configs  # every entry proved by the fast path
@@ -191,6 +211,24 @@ class SpecValidator(DataSpecChecks):
         if len(self.problems) == known_problems:
             self._probe_custom_iterators(operator, path)
         return operator
+
+    def _check_graph_configs(self, name: str, configs: List[Any]) -> None:
+        """``graph::NAME``: the spec holds the graph, and each input config gives one tensor
+        of its shape and dtype per input (``spec.graphs``)."""
+        graph = self._graphs.get(graph_name(name))
+        if not isinstance(graph, dict):
+            self.problem((name,), f"no graph {graph_name(name)!r} in the spec's {GRAPHS_KEY}",
+                         did_you_mean(str(graph_name(name)), list(self._graphs)))
+            return
+        for index, entry in enumerate(configs):
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("build"):
+                self.problem((name, "config", index, "build"), "a graph has no build "
+                             "arguments")
+            for number, asl in enumerate(entry.get("input") or []):
+                for where, message in graph_input_problems(graph, asl):
+                    self.problem((name, "config", index, "input", number) + where, message)
 
     def _probe_custom_iterators(self, operator: OperatorSpec, path) -> None:
         """A registered custom iterator gives configs its own meaning, so only running it can

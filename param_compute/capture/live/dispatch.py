@@ -10,10 +10,13 @@ The mode sits below autograd, so it sees the aten ops forward and backward actua
 an op a kernel calls internally runs with the mode off and is not recorded again. Argument specs
 are taken before the call (an in-place op or ``resize_`` changes its inputs), and integer
 tensors record the actual min and max of their values, so replayed indices stay in range.
+A ``torch.compile``d region is one call of its compiled graph (``graph::NAME``, recorded by
+``capture.live.compiled``), its inputs and outputs in the dataflow like any call's.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -23,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from param_compute.capture.schema_args import split_name
 from param_compute.capture.accounting import Unreplayable
+from param_compute.capture.live import compiled as compiled_regions
 from param_compute.capture.step.dataflow import StepRecorder, TensorSlot
 from param_compute.capture.values import live_spec
 from param_compute.capture.workload import CapturedWorkload
@@ -96,13 +100,20 @@ class LiveCapture(TorchDispatchMode):
                  allow_namespaces: Sequence[str] = (),
                  originals: Optional[Mapping[str, List[float]]] = None,
                  original_faults: Optional[Mapping[str, List[float]]] = None,
-                 original_gaps: Optional[Mapping[str, List[Any]]] = None):
+                 original_gaps: Optional[Mapping[str, List[Any]]] = None,
+                 regions: Optional[compiled_regions.RegionRecorder] = None):
         """``originals``: op (``str(func)``) -> the µs each of its calls took in place, in
         order (``live_timing``): the k-th captured call of an op gets the k-th time;
         ``original_faults`` likewise its minor page faults and ``original_gaps`` its (host gap
         before it, host µs) (``live_timing.host_gaps``; the step file keeps both: a call not
-        captured adds its gap and its host time to the next captured call's gap)."""
+        captured adds its gap and its host time to the next captured call's gap).
+        ``regions``: the recorder of compiled regions already watching the step
+        (``capture.live.compiled``); without one the capture installs its own (dynamo
+        started afresh: a compiled model compiles again, its graphs recorded)."""
         super().__init__()
+        self.regions = regions
+        self._own_regions = regions is None
+        self._inside = 0  # > 0 while a compiled region runs: its inner calls are its own
         self.workload = CapturedWorkload(source, skip_views, allow_namespaces=allow_namespaces)
         self.workload.step = StepRecorder()
         self.originals = originals
@@ -115,20 +126,28 @@ class LiveCapture(TorchDispatchMode):
         self.workload.num_threads = torch.get_num_threads()  # what the captured calls ran with
         self.workload.allocator = allocator_settings()  # and the host allocator's settings
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """While compiled regions are recorded, compiled code runs under the capture (each
+        region one call, ``region_call``) instead of dynamo skipping it for eager code."""
+        return compiled_regions.recording()
+
+    def __enter__(self):
+        if self._own_regions:
+            self.regions = compiled_regions.RegionRecorder().__enter__()
+        compiled_regions.listen(self)
+        return super().__enter__()
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        original, faults, gap = self._original(func)
+        if self._inside:  # a compiled region's own call (an extern kernel): part of it
+            return func(*args, **kwargs)
+        original, faults, gap = self._original(str(func))
         collective: Dict[str, Any] = {}
         if str(func).startswith("c10d.") and kind_of(func._schema.name) is not None:
             config = self._record_collective(func, args, kwargs, original, collective)
         else:
             config = self._record(func, args, kwargs, original)
-        gap_us = None
-        if gap is not None:
-            if config is None:  # its host time is the next captured call's gap
-                self.pending_gap += gap[0] + gap[1]
-            else:
-                gap_us, self.pending_gap = self.pending_gap + gap[0], 0.0
         try:
             inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
             if collective:  # at their places in the replayed call
@@ -137,14 +156,70 @@ class LiveCapture(TorchDispatchMode):
                 inputs = [slot for slot in inputs if slot[0]]
         except Exception:  # the dataflow is a record, never a reason to fail the model
             inputs = []
-        out = func(*args, **kwargs)
+        return self._call(config, inputs, lambda: func(*args, **kwargs), original, faults, gap,
+                          asynchronous=bool(collective.get("async")))
+
+    def region_call(self, record, inputs: List[Any], run):
+        """A compiled region's call (``capture.live.compiled.RegionCall``): one call of its
+        graph (``graph::NAME``) with the region's inputs, or, where the graph could not be
+        kept, a call not captured with the reason; nothing inside it is recorded."""
+        values = list(inputs)
+        original, faults, gap = self._original(record.op)
+        config = None
+        self._inside += 1  # what recording runs (value profiles) is not the step's
         try:
-            outputs = tensor_slots(out if isinstance(out, tuple) else (out,))
+            config = self._record_region(record, values, original)
+        finally:
+            self._inside -= 1
+        try:
+            slots = tensor_slots(values)
+        except Exception:
+            slots = []
+        inside = functools.partial(compiled_regions.run_inside, self, run, inputs)
+        # An output that is one of the inputs (a compiled forward returns a parameter it
+        # saves for the backward) makes nothing: its readers keep the input's own producer.
+        return self._call(config, slots, inside, original, faults, gap, several=True,
+                          same={slot[2] for slot in slots})
+
+    def _record_region(self, record, values: List[Any], original):
+        """A region's call as a config of its graph (None: not captured, kept as a skip)."""
+        if record.graph is None:
+            self.workload.skip(record.op, record.reason or "not recorded", kind="compiled",
+                               original=original)
+        else:
+            try:
+                specs = [live_spec(value) for value in values]
+            except Exception as exc:  # recording never breaks the model it watches
+                self.workload.skip(record.op, f"its inputs could not be recorded: "
+                                   f"{type(exc).__name__}: {exc}", kind="compiled",
+                                   original=original)
+            else:
+                return self.workload.add_graph(record, specs, original)
+        return None
+
+    def _call(self, config, inputs, call, original, faults, gap, several: bool = False,
+              same=frozenset(), asynchronous: bool = False):
+        """Run one call and record it in the step: its config (None: not captured), its
+        tensor inputs and outputs (but those laid out as an input of ``same``: the input
+        itself, returned), its original time, faults and host gap (``asynchronous``: an async
+        collective, its work waited later)."""
+        gap_us = None
+        if gap is not None:
+            if config is None:  # its host time is the next captured call's gap
+                self.pending_gap += gap[0] + gap[1]
+            else:
+                gap_us, self.pending_gap = self.pending_gap + gap[0], 0.0
+        out = call()
+        try:
+            outputs = tensor_slots(out if isinstance(out, tuple) or several and isinstance(
+                out, list) else (out,))
         except Exception:
             outputs = []
+        if same:
+            outputs = [slot for slot in outputs if slot[2] not in same]
         self.workload.step.call(config, inputs, outputs,
                                 original[0] if original is not None else None, faults, gap_us,
-                                asynchronous=bool(collective.get("async")))
+                                asynchronous=asynchronous)
         if config is not None:
             try:
                 self._watch(out)
@@ -156,7 +231,7 @@ class LiveCapture(TorchDispatchMode):
         """Note when each output of the call just recorded is released (``StepRecorder``)."""
         step = self.workload.step
         index = len(step.calls) - 1
-        for k, value in enumerate(out if isinstance(out, tuple) else (out,)):
+        for k, value in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
             items = [((k,), value)] if isinstance(value, torch.Tensor) else \
                 [((k, j), item) for j, item in enumerate(value)
                  if isinstance(item, torch.Tensor)] if isinstance(value, (list, tuple)) else []
@@ -178,14 +253,20 @@ class LiveCapture(TorchDispatchMode):
             if finalizer.detach() is not None:
                 self.workload.step.outlives(index, path)
         self._watched.clear()
-        return super().__exit__(*exc)
+        compiled_regions.unlisten(self)
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._own_regions and self.regions is not None:
+                self.regions.__exit__(*exc)
+            self.workload.regions = self.regions
 
-    def _original(self, func):
+    def _original(self, name: str):
         """(the call's (CPU µs, None) in place, its page faults there, (its host gap, host
-        µs) in the step); None where unknown."""
+        µs) in the step); None where unknown. ``name``: the op (``str(func)``), or a compiled
+        region's ``graph::NAME``."""
         if self.originals is None:
             return None, None, None
-        name = str(func)
         index = self._seen[name]
         self._seen[name] += 1
 
@@ -268,11 +349,15 @@ def capture_ops(skip_views: bool = False, source: Optional[str] = None,
                 allow_namespaces: Sequence[str] = (),
                 originals: Optional[Mapping[str, List[float]]] = None,
                 original_faults: Optional[Mapping[str, List[float]]] = None,
-                original_gaps: Optional[Mapping[str, List[Any]]] = None) -> LiveCapture:
+                original_gaps: Optional[Mapping[str, List[Any]]] = None,
+                regions: Optional[compiled_regions.RegionRecorder] = None) -> LiveCapture:
     """A context manager capturing the aten calls made inside it (forward and backward), and
     those of ``allow_namespaces`` (``fbgemm``...); ``originals``: each op's in-place times
     (``live_timing.time_ops_in_place``), written as the configs' ``original_us``, and
     ``original_faults`` their page faults and ``original_gaps`` the host time before them,
-    written to the step file."""
+    written to the step file. ``regions``: the recorder of compiled regions watching the
+    step since before it was first compiled (``capture.live.compiled``); without one the
+    capture installs its own. A ``torch.compile``d region is captured as one call of its
+    graph (``graph::NAME``), never silently as eager ops."""
     return LiveCapture(skip_views, source or "live capture", allow_namespaces, originals,
-                       original_faults, original_gaps)
+                       original_faults, original_gaps, regions)

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from param_compute.capture.live import compiled as compiled_regions
 from param_compute.measure.faults import minor_faults
 from param_compute.measure.timing import HostClock
 from param_compute.results.stats import median
@@ -96,17 +97,44 @@ class CallTimer(TorchDispatchMode):
         self._reserve = getattr(clock, "reserve", None)
         self._cover = getattr(clock, "cover", None)
         self._last_host_us: Optional[float] = None
+        self._inside = 0  # > 0 while a compiled region runs: its inner calls are its own
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """While compiled regions are recorded, compiled code runs under the timer, each
+        region timed as one call (``region_call``), as the capture will see it."""
+        return compiled_regions.recording()
+
+    def __enter__(self):
+        compiled_regions.listen(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        compiled_regions.unlisten(self)
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._inside:  # a compiled region's own call: timed with the region
+            return func(*args, **kwargs)
         # An aten overload through its C++ entry, as the step replay calls it: the Python
         # frame of ``OpOverload.__call__`` is nothing the original step paid.
         call = func._op if type(func) is OpOverload else func
+        return self._timed(func, call, args, kwargs)
+
+    def region_call(self, record, inputs, run):
+        """A compiled region (``capture.live.compiled.RegionCall``): one call, named by its
+        graph (``graph::NAME``), timed whole; the calls inside it are its own."""
+        return self._timed(record.op, compiled_regions.run_inside, (self, run, inputs), {})
+
+    def _timed(self, name, call, args, kwargs):
+        """``call(*args, **kwargs)`` timed (or its page faults counted) as the call
+        ``name``: nothing else between the two stamps."""
         if self.count_faults:  # a counting pass: no clock (its system calls sit around)
             faults = minor_faults()
             out = call(*args, **kwargs)
             self.faults.append(minor_faults() - faults)
-            self.calls.append((func, 0))
+            self.calls.append((name, 0))
             return out
         if self._reserve is not None:  # both events made before the call, not inside it
             self._reserve(2)
@@ -119,7 +147,7 @@ class CallTimer(TorchDispatchMode):
         began, ended = self._host_ns(start), self._host_ns(end)
         self.spans.append((began, ended))
         self._last_host_us = (ended - began) / 1e3
-        self.calls.append((func, (start, end)))
+        self.calls.append((name, (start, end)))
         return out
 
     def resolve(self) -> List[Any]:

@@ -254,6 +254,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         timing = join_kineto(kineto, tree, taken + [d.node for d in dropped], steps,
                              max_trace_bytes)
         workload.kineto = timing.summary
+    _compiled_regions(workload, tree, window, timing)
     from param_compute.capture.step.dataflow import StepRecorder
 
     workload.step = StepRecorder()
@@ -289,6 +290,26 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         workload.kineto["host_gaps"] = {"written": False, "why": "no captured call was "
                                         "joined to a Kineto event"}
     return workload
+
+
+def _compiled_regions(workload: CapturedWorkload, tree: TraceTree, window, timing) -> None:
+    """The step's ``torch.compile`` regions (``capture.trace.compiled``): with a Kineto
+    trace, each one's time no captured call accounts for is counted as not covered, named."""
+    from param_compute.capture.trace.compiled import et_region_count, trace_regions
+
+    nodes = [n for n in tree.nodes if window is None or n["id"] in window]
+    count = et_region_count(nodes)
+    if timing is None:
+        if count:
+            workload.trace_regions = {
+                "count": count, "captured_as_graphs": 0, "time_us": None, "regions": [],
+                "why": "no Kineto trace (--kineto): their time is unknown"}
+        return
+    regions = trace_regions(timing, count)
+    for label, original in regions.pop("uncovered"):
+        workload.uncovered(label, original)
+    if regions["count"]:
+        workload.trace_regions = regions
 
 
 def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original,

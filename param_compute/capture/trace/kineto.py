@@ -63,6 +63,10 @@ class KinetoJoin:
         self._by_rf: Optional[Dict[Any, Dict[str, Any]]] = None
         #: node id -> its Kineto events (every node of the trace the join met)
         self.matched: Dict[Any, List[Dict[str, Any]]] = {}
+        #: Every Kineto event joined to a call, and each device kernel of the window with its
+        #: launch (``capture.trace.compiled`` finds the compiled regions' own time with them).
+        self.joined: List[Dict[str, Any]] = []
+        self.device_kernels: List[Tuple[Dict[str, Any], Dict[str, Any]]] = []
 
     def of(self, node: Dict[str, Any]) -> Optional[Tuple[Optional[float], Optional[float]]]:
         return self.times.get(node["id"])
@@ -230,6 +234,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
     device_us: Dict[Any, float] = defaultdict(float)
     total_device = attributed = 0.0
     refused_kernels = refused_calls = 0  # durations past any real run (hostile or broken)
+    kernels = []  # (kernel, its launch) in the window
     for kernel in device:
         args = kernel.get("args") or {}
         launch = launches.get(args.get("correlation"))
@@ -242,6 +247,7 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
             refused_kernels += 1
             continue
         total_device += duration
+        kernels.append((kernel, launch))
         thread = (launch.get("pid"), launch.get("tid"))
         spans = intervals.get(thread)
         if not spans:
@@ -286,6 +292,8 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
     join.events = {node_id: matched[node_id][0] for node_id in wanted if matched.get(node_id)}
     join.window_event, join.cpu, join.cost = window_event, cpu, cost
     join.matched = matched
+    join.joined = [event for node_id in wanted for event in matched.get(node_id, [])]
+    join.device_kernels = kernels
     if steps is not None and steps.selected:
         join.window_name = f"ProfilerStep#{steps.selected[0]}"
     return join

@@ -4,7 +4,7 @@ The step replay is a run like any other (``runtime.step_run``): its record is in
 the results file. This sink adds what a reader of the table needs to trust it, from the record
 alone: the median step time and how many steps it rests on, how many calls ran and were fed,
 the real step beside it, the host gaps kept (or why not, where asked for), mismatched inputs
-and failed calls.
+and failed calls, and how compiled regions' graphs were replayed (compiled, or eagerly).
 """
 
 from __future__ import annotations
@@ -66,4 +66,21 @@ class StepSummary(RecordSink):
                          "data (shape or dtype differed)")
         if details.get("failed_calls"):
             extra.append(f"{details['failed_calls']} calls failed and were left out")
+        graphs = details.get("graphs") or {}
+        if graphs.get("count"):
+            extra.append(graph_line(graphs))
         return [line] + [f"  {e}" for e in extra]
+
+
+def graph_line(graphs: Dict[str, Any]) -> str:
+    """How a step's compiled regions were replayed (the step record's ``graphs``)."""
+    if graphs.get("mode") == "eager":
+        eager_as = graphs.get("eager_as") if isinstance(graphs.get("eager_as"), dict) else {}
+        own = sum(1 for how in eager_as.values() if how == "graph")
+        return (f"{graphs['count']} compiled regions' graphs ({graphs.get('calls', 0)} calls) "
+                "replayed eagerly (--eager-regions: as PyTorch runs them uncompiled"
+                + (f"; {own} as their own aten ops one by one" if own else "") + ")")
+    compile_ms = sum((graphs.get("compile_ms") or {}).values())
+    return (f"{graphs['count']} compiled regions' graphs ({graphs.get('calls', 0)} calls) "
+            f"replayed compiled with Inductor (compiled in {compile_ms / 1e3:.1f} s before the "
+            "step was timed)")
