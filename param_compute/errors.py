@@ -67,3 +67,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> Optional[str]:
     """A ``did you mean 'x'?`` hint for a misspelled name, or None."""
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else None
+
+
+class JobBroken(Exception):
+    """A job's collective failed or never completed (a rank gone or hung): the run ends on
+    every rank, its records kept; the message (one line) names this rank and the call."""

@@ -65,7 +65,8 @@ def _step(**changes):
 
 
 @pytest.mark.parametrize("data, where, words", [
-    (_step(version=2), "version", "unsupported version 2"),
+    (_step(version=3), "version", "unsupported version 3"),
+    (_step(version=2), "world_size", "the job's number of ranks"),
     (_step(format="x"), "format", "must be 'param_compute.step'"),
     (_step(calls={}), "calls", "must be a list"),
     (_step(calls=[{"run": "aten::mm"}]), "calls[0].run", "run key"),

@@ -26,7 +26,16 @@ faults and the direction of the gap:
   while making a fresh output the step touches first (which a hot isolated loop reuses; where
   the replay counted no first touches, that gap is ``cache``);
 * ``cache``: any other gap between in-step and isolated or original (inputs written long
-  before in the step, hot and alone in isolation).
+  before in the step, hot and alone in isolation);
+* ``comms``: a collective whose times differ (its ranks' skew, the backend's thread sharing
+  cores with compute, another network).
+
+A collective's row (a job's, ``runtime.job``) is its communication time: the original's
+from its issue to its backend span's end (or its kernels), the in-step time from its issue until its work completed, and the
+isolated time measured alone across the ranks (the slowest rank's). A job's ledger also says,
+per rank, the step's compute, its communication and the part of it not hidden behind compute
+(``communication``); ``job_ledger`` puts the ranks of one job together (the job's
+``in_step_ms`` is the median over the ranks of each rank's step).
 
 A compiled region's graph (``graph::NAME``) is a row like an op's, marked ``(eager)`` where
 ``--eager-regions`` ran it as PyTorch runs it uncompiled; a trace's compiled regions that no captured
@@ -41,6 +50,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Optional
 
 from param_compute.formatting import printable
+from param_compute.operators.collectives import is_collective
 from param_compute.terminal import fit_lines
 from param_compute.plan.runkey import key_of
 from param_compute.results.fields import MAX_NUMBER, measured
@@ -84,7 +94,7 @@ def _faults_explain(ratio: float, in_step_faults: Optional[float],
 def reason(op: str, original: Optional[float], in_step: Optional[float],
            isolated: Optional[float], profiled: bool, in_step_faults: Optional[float] = None,
            original_faults: Optional[float] = None, calls: int = 0,
-           values_unknown: bool = False) -> str:
+           values_unknown: bool = False, collective: bool = False) -> str:
     """The one-word reason for a gap in an op's row ('' where its numbers agree);
     ``calls``: the op's calls per step (for the time of one call in the original);
     ``values_unknown``: its calls read state whose values the capture did not have. The gap
@@ -93,6 +103,9 @@ def reason(op: str, original: Optional[float], in_step: Optional[float],
     replay = in_step if in_step is not None else isolated
     if not replay:
         return "missing" if original else ""
+    if collective:
+        return "comms" if any(_differs(r) for r in (
+            _ratio(replay, original), _ratio(isolated, in_step))) else ""
     to_original = _ratio(replay, original)
     if _differs(to_original):
         if in_step is not None and _faults_explain(to_original, in_step_faults,
@@ -168,9 +181,12 @@ def _calls(value: Any) -> Optional[int]:
         and 0 <= value <= 2**53 else None
 
 
-def _original_side(original_us: Any, device_side: bool) -> Optional[float]:
+def _original_side(original_us: Any, device_side: bool,
+                   collective: bool = False) -> Optional[float]:
     if not isinstance(original_us, dict):
         return None
+    if collective and measured(original_us.get("comm")) is not None:
+        return measured(original_us.get("comm"))  # its communication, not its issue
     if device_side and measured(original_us.get("device")):
         return measured(original_us.get("device"))
     return measured(original_us.get("cpu"))
@@ -193,21 +209,23 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     device_side = str((run_options or {}).get("device") or "cpu").startswith("cuda")
     step = _step_fields(step)
     in_step_configs = step.get("configs") if isinstance(step.get("configs"), dict) else {}
+    in_step_comms = _object(step.get("collectives"))
     ops: Dict[str, Dict[str, Any]] = {}
     partial = set()
+    seen = set()  # the run keys the records hold
     for record in records:
         if not isinstance(record, dict):
             continue
+        seen.add(key_of(str(record.get("op_name")), record.get("id")))
         count = record.get("count")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             continue
         op = str(record.get("op_name"))
-        row = ops.setdefault(op, {"op": op, "configs": 0, "calls": 0, "original_ms": None,
-                                  "in_step_ms": None, "isolated_ms": None, "failed": 0,
-                                  "original_faults": None, "in_step_faults": None})
+        collective = is_collective(op)
+        row = ops.setdefault(op, _row(op, collective))
         row["configs"] += 1
         row["calls"] += count
-        original = _original_side(record.get("original_us"), device_side)
+        original = _original_side(record.get("original_us"), device_side, collective)
         if original is not None:
             row["original_ms"] = (row["original_ms"] or 0.0) + original * count / 1e3
         median = measured(((record.get("stats") or {}).get("forward") or {}).get("median"))
@@ -216,6 +234,9 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
         else:
             row["failed"] += 1
         in_step = in_step_configs.get(key_of(op, record.get("id")))
+        comm = _object(in_step_comms.get(key_of(op, record.get("id"))))
+        if collective and isinstance(in_step, dict) and measured(comm.get("comm_us")) is not None:
+            in_step = {**in_step, "in_step_us": comm["comm_us"]}  # issue to completion
         if isinstance(in_step, dict) and measured(in_step.get("in_step_us")) is not None:
             calls = _calls(in_step.get("calls"))
             if calls is None:
@@ -230,6 +251,7 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
                     row[field] = (row[field] or 0.0) + per_call * calls
     for op, field in partial:
         ops[op][field] = None
+    _step_only(ops, in_step_configs, in_step_comms, seen, device_side)
     original_info = step.get("original") if isinstance(step.get("original"), dict) else {}
     how = original_info.get("how") if isinstance(original_info.get("how"), dict) else {}
     # Originals come from a profiler trace unless the capture timed them live.
@@ -249,7 +271,7 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
         rows.append({"op": item["op"], "configs": 0, "calls": item["calls"] or 0,
                      "original_ms": item["original_ms"], "in_step_ms": None,
                      "isolated_ms": None, "failed": 0, "original_faults": None,
-                     "in_step_faults": None})
+                     "in_step_faults": None, "collective": is_collective(item["op"])})
     graphs = step.get("graphs") if isinstance(step.get("graphs"), dict) else {}
     eager = graphs.get("mode") == "eager"
     for row in rows:
@@ -261,7 +283,8 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
         blind = unknown.get(row["op"])
         row["reason"] = reason(row["op"], row["original_ms"], row["in_step_ms"],
                                row["isolated_ms"], profiled, row["in_step_faults"],
-                               row["original_faults"], row["calls"], blind is not None)
+                               row["original_faults"], row["calls"], blind is not None,
+                               row["collective"])
         if row["reason"] == "values":
             row["evidence"] = values_evidence(row, blind)
     rows.sort(key=lambda r: -max(r["original_ms"] or 0, r["in_step_ms"] or 0,
@@ -269,9 +292,43 @@ def build_ledger(records: Iterable[Dict[str, Any]], step: Optional[Dict[str, Any
     return _totals(rows, step, original_info, missing, device_side)
 
 
+def _row(op: str, collective: bool) -> Dict[str, Any]:
+    """An op's row of the ledger, before its configs are added up."""
+    return {"op": op, "configs": 0, "calls": 0, "original_ms": None, "in_step_ms": None,
+            "isolated_ms": None, "failed": 0, "original_faults": None,
+            "in_step_faults": None, "collective": collective}
+
+
+def _step_only(ops: Dict[str, Dict[str, Any]], configs: Dict[str, Any], comms: Dict[str, Any],
+               seen: set, device_side: bool) -> None:
+    """Configs the step replayed whose isolated runs are not in the file (filtered out):
+    their in-step time and original (the step file's, per call) still count for their op."""
+    for key, in_step in configs.items():
+        if key in seen or not isinstance(in_step, dict):
+            continue
+        op = str(key).rpartition("|")[0].rpartition("|")[0].rpartition("|")[0]
+        calls = _calls(in_step.get("calls"))
+        if not op or not calls:
+            continue
+        collective = is_collective(op)
+        comm = _object(comms.get(key))
+        per_call = measured(comm.get("comm_us")) if collective else \
+            measured(in_step.get("in_step_us"))
+        original = measured(comm.get("original_comm_us")) if collective else \
+            measured(in_step.get("original_us"))
+        row = ops.setdefault(op, _row(op, collective))
+        row["configs"] += 1
+        row["calls"] += calls
+        if per_call is not None:
+            row["in_step_ms"] = (row["in_step_ms"] or 0.0) + per_call * calls / 1e3
+        if original is not None and not device_side:
+            row["original_ms"] = (row["original_ms"] or 0.0) + original * calls / 1e3
+
+
 def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
-    def total(key: str) -> Optional[float]:
-        values = [r[key] for r in rows if r[key] is not None]
+    def total(key: str, collective: Optional[bool] = None) -> Optional[float]:
+        values = [r[key] for r in rows if r[key] is not None
+                  and (collective is None or r.get("collective") is collective)]
         return sum(values) if values else None
 
     stats = step.get("stats") if isinstance(step.get("stats"), dict) else {}
@@ -294,6 +351,8 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
     real_ms = real_us / 1e3 if real_us else None
     outside = real_ms - original_ms if real_ms and original_ms and real_ms > original_ms else None
     return {
+        "rank": _calls(step.get("rank")),
+        "world_size": _calls(step.get("world_size")),
         "in_step_ms": in_step,
         "host_gaps_ms": added / 1e3 if added is not None else None,
         "in_step_ops_ms": total("in_step_ms"),
@@ -312,9 +371,31 @@ def _totals(rows, step, original_info, missing, device_side) -> Dict[str, Any]:
                                     "dataflow_mismatches", "failed_calls", "error")
                         if key in step} or None,
         "not_captured": missing,
+        "compute": {"original_ms": total("original_ms", False),
+                    "in_step_ms": total("in_step_ms", False),
+                    "isolated_ms": total("isolated_ms", False)},
+        "communication": _communication(step, original_info) if any(
+            r.get("collective") for r in rows) else None,
         "regions": _regions(step, rows),
         "ops": rows,
     }
+
+
+def _communication(step: Dict[str, Any], original_info: Dict[str, Any]) -> Dict[str, Any]:
+    """A job's rank: its collectives' time in the step and the part not hidden behind
+    compute, in the original and in the replay (ms per step)."""
+    replay = _object(step.get("communication"))
+    original = _object(original_info.get("communication"))
+
+    def ms(value: Any) -> Optional[float]:
+        number = measured(value)
+        return number / 1e3 if number is not None else None
+    return {"calls": _calls(replay.get("calls")),
+            "original_ms": ms(original.get("comm_us")) if original else
+            measured(replay.get("original_comm_ms")),
+            "in_step_ms": measured(replay.get("comm_ms")),
+            "original_exposed_ms": ms(original.get("exposed_us")),
+            "in_step_exposed_ms": measured(replay.get("exposed_ms"))}
 
 
 def _regions(step: Dict[str, Any], rows) -> Optional[Dict[str, Any]]:

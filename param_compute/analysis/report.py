@@ -41,6 +41,7 @@ from param_compute.analysis.step_tracks import StepTracksError, read_tracks
 from param_compute.analysis.sweeps import Sweep, find_sweeps
 from param_compute.results.utilization import percent_of_peak
 from param_compute.results.totals import WorkloadTotals
+from param_compute.results.comms import comms_row
 
 TABLE_ROWS = 5000
 #: Runs of one operator the sweeps look at, and of all operators together.
@@ -266,17 +267,20 @@ def _step_section(results: Union[ResultsFile, ResultsStream], step_file: Optiona
 
 def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str] = None,
                  png_dir: Optional[Path] = None, step_file: Optional[Path] = None,
-                 warn: Optional[Callable[[str], None]] = None) -> Tuple[str, List[Sweep]]:
+                 warn: Optional[Callable[[str], None]] = None,
+                 job: Optional[Dict[str, Any]] = None) -> Tuple[str, List[Sweep]]:
     """(the HTML text, the sweeps plotted). A stream is read once and what is kept is bounded
     (module docstring); a captured workload's totals keep a few numbers per run. A step
     replay's timeline takes its original from ``step_file``, else the step file its record
-    names; ``warn`` is given each thing the timeline leaves out (default: dropped)."""
+    names; ``warn`` is given each thing the timeline leaves out (default: dropped). ``job``: a
+    job's ledger (``analysis.job``), its section first."""
     # the run records (a stream keeps its step record as it passes them: ``results.step``)
     records = results.records if isinstance(results, ResultsFile) else (r for _, r in results)
     table, roof = _Kept(TABLE_ROWS), _Kept(ROOF_POINTS)
     by_op: Dict[str, _Kept] = {}
     captured: Dict[Tuple[str, str], str] = {}  # per run: what the totals read
     runs: Dict[str, int] = {"n": 0, "sweep": 0}
+    comms: List[Dict[str, Any]] = []  # collectives measured across ranks
     n_low: Optional[int] = None
     n_high: Optional[int] = None
     for record in records:
@@ -289,6 +293,9 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
                 n_high = n if n_high is None else max(n_high, n)
         if record.get("count") is not None:
             captured[key] = _captured(record)
+        row = comms_row(record)
+        if row is not None:
+            comms.append(row)
         text = _compact(record)
         table.offer(key, text)
         if record.get("throughput"):
@@ -304,6 +311,12 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
 
     title = title or f"param_compute report: {results.path.name}"
     parts = [_about(results, runs["n"], (n_low, n_high))]
+    if job is not None:
+        from param_compute.analysis.job import job_html
+
+        parts.append(job_html(job))
+    if comms:
+        parts.append(_comms_html(comms))
     if captured:
         totals = WorkloadTotals()
         for kept in captured.values():
@@ -338,6 +351,21 @@ def build_report(results: Union[ResultsFile, ResultsStream], title: Optional[str
     return page(title, parts), sweeps
 
 
+def _comms_html(rows: List[Dict[str, Any]]) -> str:
+    """The collectives measured across a job's ranks: time, algbw and busbw (nccl-tests)."""
+    head = ("collective", "config", "group", "ranks", "bytes", "time", "algbw GB/s",
+            "busbw GB/s")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(str(cell))}</td>" for cell in (
+            row["op"], row["config"], row["group"], row["ranks"], row["bytes"],
+            _ms(row["median_ms"]), _num(row["algbw_gbps"]), _num(row["busbw_gbps"])))
+        + "</tr>" for row in rows)
+    return ("<h2>Collectives</h2><p class=\"note\">Each measured across the ranks: a barrier "
+            "before each sample, the slowest rank's time; bandwidth as nccl-tests defines "
+            "it.</p><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
+            + f"</tr></thead><tbody>{body}</tbody></table>")
+
+
 def build_parser(prog: str = "python -m param_compute.report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -345,7 +373,9 @@ def build_parser(prog: str = "python -m param_compute.report") -> argparse.Argum
                     "workload the step totals and where the time goes first, for a step "
                     "replay the step call by call beside its original; plots of each sweep, a "
                     "roofline, and a table of every run with its config.")
-    parser.add_argument("results", type=Path, help="a results file (JSON Lines)")
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="a results file (JSON Lines); a job's: every rank's file, read "
+                             "together (the job's ledger first, then rank 0's report)")
     parser.add_argument("-o", "--output", type=Path,
                         help="the HTML file (default: RESULTS with .html)")
     parser.add_argument("--title", help="the report's title")
@@ -364,21 +394,26 @@ def main(argv: Optional[List[str]] = None,
     except ImportError:
         print("error: the report needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 2
-    output = args.output or args.results.with_suffix(".html")
-    if output.resolve() == args.results.resolve():
-        print(f"error: the report {output} would overwrite the results file; give -o",
+    files = list(args.results)
+    output = args.output or files[0].with_suffix(".html")
+    if any(output.resolve() == path.resolve() for path in files):
+        print(f"error: the report {output} would overwrite a results file; give -o",
               file=sys.stderr)
         return 2
     try:  # before anything is read: never a link, a directory, a FIFO or the input
-        check_outputs({"-o/--output": output}, {"results": args.results, "step": args.step})
+        check_outputs({"-o/--output": output},
+                      {**{f"results {i + 1}": path for i, path in enumerate(files)},
+                       "step": args.step})
     except OptionsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # one pass; unusable lines warned (file:line) as they are met and left out
-        results = stream_results(args.results)
+        job, first = _job(files) if len(files) > 1 else (None, files[0])
+        results = stream_results(first)
         text, sweeps = build_report(results, args.title, args.png_dir, args.step,
-                                    lambda note: print(f"warning: {note}", file=sys.stderr))
-    except ResultsFileError as exc:
+                                    lambda note: print(f"warning: {note}", file=sys.stderr),
+                                    job)
+    except (ResultsFileError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
@@ -389,6 +424,16 @@ def main(argv: Optional[List[str]] = None,
     print(f"{output}: {len(sweeps)} sweep plot(s), {results.records_read} runs "
           f"({len(text) / 1024:.0f} KiB)")
     return 0
+
+
+def _job(files: List[Path]) -> Tuple[Dict[str, Any], Path]:
+    """Every rank's file of one job read (``analysis.job``): its ledger, and rank 0's file."""
+    from param_compute.analysis.job import check_ranks, job_ledger
+    from param_compute.analysis.workload_totals import read_ledger
+
+    read = [read_ledger(str(path)) for path in files]
+    ranks = check_ranks(files, [results.header for _, _, results in read])
+    return job_ledger([ledger for _, ledger, _ in read], ranks), files[ranks.index(0)]
 
 
 if __name__ == "__main__":

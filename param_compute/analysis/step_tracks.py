@@ -30,7 +30,8 @@ from param_compute.errors import format_json_path
 from param_compute.formatting import printable
 from param_compute.runtime.step_timeline import (PACKED, Timeline, TimelineProblem,
                                                  check_timeline)
-from param_compute.spec.step_file import StepFileError, read_step_file, split_run_key
+from param_compute.spec.step_file import (JOB_VERSION, StepFileError, rank_step, read_step_file,
+                                          split_run_key)
 
 #: The two tracks, as the trace and the report name them.
 ORIGINAL, REPLAY = "original", "replay"
@@ -208,6 +209,14 @@ def read_tracks(results: Path, steps: Sequence[Tuple[int, Dict[str, Any]]],
                          + f": the original's track is left out (the step file of {source}; "
                            "--step FILE names another)")
         return out
+    if data.get("version") == JOB_VERSION:  # a job's: the rank this record replayed
+        rank = step.get("rank") if isinstance(step.get("rank"), int) else 0
+        try:
+            data = rank_step(data, rank)
+        except StepFileError:
+            out.notes.append(f"{printable(path)} has no step of rank {rank}: the original's "
+                             "track is left out")
+            return out
     if len(data["calls"]) != count:
         why = (f"has {len(data['calls'])} calls, the step replayed in {source} had {count}: "
                "it is not the step that was replayed")

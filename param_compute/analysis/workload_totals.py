@@ -81,7 +81,9 @@ def build_parser(prog: str = "python -m param_compute.workload_totals"
         prog=prog,
         description="Replayed median x count per op of a captured workload, beside the "
                     "original time recorded in production (capture --kineto).")
-    parser.add_argument("results", help="a run_benchmark results file")
+    parser.add_argument("results", nargs="+",
+                        help="a run_benchmark results file; a job's: every rank's file "
+                             "(out.rank0of2.json out.rank1of2.json), read together")
     parser.add_argument("--json", action="store_true",
                         help="print the fidelity ledger as one JSON object (analysis.ledger)")
     parser.add_argument("--trace", type=Path, metavar="OUT.json",
@@ -122,12 +124,44 @@ def write_trace(results, path: Path, step_file: Optional[Path]) -> int:
     return 0
 
 
+#: The collectives' records of each ledger ``read_ledger`` made (by the ledger's id).
+ledger_comms: Dict[int, List[Dict[str, Any]]] = {}
+
+
+def read_ledger(path: str):
+    """(totals, ledger, the file's stream) of one results file, read once; unusable lines
+    (a count that is no number...) warned with file and line. Raises ``OSError`` or
+    ``ResultsFileError``."""
+    from param_compute.analysis.ledger import build_ledger, ledger_fields
+    from param_compute.results.file import RUN, stream_results
+
+    totals = WorkloadTotals()
+    kept = {}  # what the ledger reads of each run (its latest record): a few numbers
+    comms = []
+    results = stream_results(path)
+    for line in results.lines():  # the step record is kept as it passes (results.step)
+        if line.kind == RUN:
+            record = line.value
+            totals.add_json(record)
+            kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
+            if isinstance(record.get("comms"), dict):
+                comms.append(record)
+    if results.problem_count:
+        print(f"warning: {results.problem_count} line(s) of {path} not used (listed "
+              "above)", file=sys.stderr)
+    ledger = build_ledger(kept.values(), results.step, results.run_options)
+    ledger_comms[id(ledger)] = comms
+    return totals, ledger, results
+
+
 def main(argv: Optional[List[str]] = None,
          prog: str = "python -m param_compute.workload_totals") -> int:
     """``python -m param_compute.workload_totals RESULTS.json``: a captured workload's replayed
-    time per op beside the original time (from ``original_us``), the file read once. Exit 2:
-    unreadable file; lines of wrong types are warned (file, line, field) and left out."""
-    from param_compute.results.file import RUN, ResultsFileError, stream_results
+    time per op beside the original time (from ``original_us``), the file read once; a job's
+    rank files together (``analysis.job``). Exit 2: unreadable file, or files that are not
+    the ranks of one job; lines of wrong types are warned (file, line, field) and left out."""
+    from param_compute.analysis.job import JobFilesError, check_ranks, job_ledger, job_of
+    from param_compute.results.file import ResultsFileError
 
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -137,31 +171,33 @@ def main(argv: Optional[List[str]] = None,
         from param_compute.errors import OptionsError
         from param_compute.files import check_outputs
 
+        if len(args.results) > 1:
+            parser.error("--trace draws one results file's step: give one rank's file")
         try:
-            check_outputs({"--trace": args.trace}, {"results": Path(args.results),
+            check_outputs({"--trace": args.trace}, {"results": Path(args.results[0]),
                                                     "step": args.step})
         except OptionsError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    from param_compute.analysis.ledger import build_ledger, format_ledger, ledger_fields
-
-    totals = WorkloadTotals()
-    kept = {}  # what the ledger reads of each run (its latest record): a few numbers
-    try:  # one pass; unusable lines (a count that is no number...) warned with file and line
-        results = stream_results(args.results)
-        for line in results.lines():  # the step record is kept as it passes (results.step)
-            if line.kind == RUN:
-                record = line.value
-                totals.add_json(record)
-                kept[(record.get("op_name"), record.get("id"))] = ledger_fields(record)
-    except (OSError, ResultsFileError) as exc:
+    read = []
+    try:
+        for path in args.results:
+            read.append(read_ledger(path))
+        headers = [results.header for _, _, results in read]
+        is_job = len(args.results) > 1 or job_of(headers[0]) is not None
+        ranks = check_ranks(args.results, headers) if is_job and (
+            len(args.results) > 1 or job_of(headers[0])["world_size"] == 1) else None
+    except (OSError, ResultsFileError, JobFilesError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if results.problem_count:
-        print(f"warning: {results.problem_count} line(s) of {args.results} not used (listed "
-              "above)", file=sys.stderr)
-    ledger = build_ledger(kept.values(), results.step, results.run_options)
-    del kept
+    if is_job and ranks is None:
+        job = job_of(headers[0])
+        print(f"warning: {args.results[0]} is rank {job['rank']} of a job of "
+              f"{job['world_size']}: give every rank's file for the job's totals",
+              file=sys.stderr)
+    if ranks is not None:
+        return _print_job(args, read, ranks)
+    totals, ledger, results = read[0]
     traced = 0 if args.trace is None else write_trace(results, args.trace, args.step)
     if args.json:
         import json
@@ -170,7 +206,14 @@ def main(argv: Optional[List[str]] = None,
         return traced
     if args.quiet:
         return traced
-    width = terminal.width()
+    _print_one(totals, ledger)
+    return traced
+
+
+def _print_one(totals: WorkloadTotals, ledger, width: Optional[int] = None) -> None:
+    from param_compute.analysis.ledger import format_ledger
+
+    width = width or terminal.width()
     print("\n".join(fit_lines([
         f"replayed: {totals.total_ms:.3f} ms (Σ median × count) over {totals.calls} calls in "
         f"{totals.configs} configs" + (f"; {totals.failed_configs} configs "
@@ -188,6 +231,29 @@ def main(argv: Optional[List[str]] = None,
     if ledger["ops"] and (ledger["in_step_ms"] is not None or ledger["original_ms"]):
         print()
         print(format_ledger(ledger, width))
-    return traced
+    comms = ledger_comms.get(id(ledger))
+    if comms:
+        from param_compute.results.comms import comms_rows, format_comms
+
+        print()
+        print(format_comms(comms_rows(comms), width))
 
 
+def _print_job(args, read, ranks) -> int:
+    """Every rank of one job: the job's ledger (``analysis.job``)."""
+    from param_compute.analysis.job import format_job, job_ledger
+
+    job = job_ledger([ledger for _, ledger, _ in read], ranks)
+    if args.json:
+        import json
+
+        print(json.dumps(job, indent=1))
+        return 0
+    if args.quiet:
+        return 0
+    for (totals, ledger, _), rank in sorted(zip(read, ranks), key=lambda p: p[1]):
+        print(f"== rank {rank} ==")
+        _print_one(totals, ledger)
+        print()
+    print(format_job(job))
+    return 0

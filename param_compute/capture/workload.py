@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from param_compute.operators.names import TORCH_NAMESPACES
 from param_compute.operators.resolution import REFUSED_ATEN_NAMES, load_namespace
 from param_compute.spec.model import DEFAULT_DATA_GENERATOR
 from param_compute.plan.runkey import format_key
@@ -34,6 +35,8 @@ from param_compute.capture.schema_args import is_view_op, schema_arguments, spli
 from param_compute.formatting import printable
 
 VIEWS_DROPPED = "view/alias bookkeeping (dropped by --skip-views)"
+#: The schema key of collective configs: they have no schema (the op's name picks them).
+COLLECTIVE_SCHEMA = ""
 LOG = logging.getLogger("param_compute.capture")
 
 
@@ -127,6 +130,11 @@ class CapturedWorkload:
         #: a Kineto trace says where the recording added it).
         self.num_threads: Optional[int] = None
         self.allocator: Optional[Dict[str, str]] = None  # ``process.allocator``'s, if known
+        #: A distributed trace's job (``capture.trace.comms``: rank, world, groups), if any.
+        self.distributed: Optional[Dict[str, Any]] = None
+        #: A live capture under torchrun, on rank 0: every rank's workload, to be joined
+        #: (``capture.job``); None otherwise.
+        self.job_parts: Optional[List["CapturedWorkload"]] = None
         #: A live capture's recorder of compiled regions (``capture.live.compiled``), and the
         #: graphs its calls ran, by name (``graph::NAME`` configs; ``spec.graphs``).
         self.regions = None
@@ -243,6 +251,39 @@ class CapturedWorkload:
         self.last_config = (f"{namespace}::{base}", schema, key)
         return True
 
+    def add_collective(self, op: str, args: List[Dict[str, Any]], kwargs: Dict[str, Any],
+                       original: Optional[Tuple[Optional[float], Optional[float]]] = None,
+                       comm_us: Optional[float] = None) -> bool:
+        """Record one collective call (``capture.collectives``' form: ``torch.distributed``'s
+        arguments, its group by name); ``comm_us``: its communication time in the original.
+        Its config has no schema build (the op's name picks the collective)."""
+        self.calls += 1
+        signature = {"args": args, "kwargs": kwargs}
+        key = json.dumps(signature, sort_keys=True)
+        bucket = self._ops.setdefault(op, {}).setdefault(COLLECTIVE_SCHEMA, {})
+        entry = bucket.get(key)
+        if entry is None:
+            entry = bucket[key] = {"args": copy.deepcopy(args), "kwargs": copy.deepcopy(kwargs),
+                                   "count": 0, "original": OriginalTimes(), "comm": [0.0, 0]}
+        entry["count"] += 1
+        entry["original"].add(original)
+        if comm_us is not None:
+            entry["comm"][0] += comm_us
+            entry["comm"][1] += 1
+        self.last_config = (op, COLLECTIVE_SCHEMA, key)
+        return True
+
+    def communication_us(self) -> Dict[str, Any]:
+        """The captured collectives' communication time in the original (µs, summed over
+        their calls) and how many calls had one."""
+        total, timed, calls = 0.0, 0, 0
+        for schemas in self._ops.values():
+            for entry in schemas.get(COLLECTIVE_SCHEMA, {}).values():
+                calls += entry["count"]
+                total += entry["comm"][0]
+                timed += entry["comm"][1]
+        return {"calls": calls, "timed_calls": timed, "comm_us": round(total, 1)}
+
     def add_graph(self, record, args: List[Dict[str, Any]],
                   original: Optional[Tuple[Optional[float], Optional[float]]] = None
                   ) -> Tuple[str, str, str]:
@@ -273,9 +314,12 @@ class CapturedWorkload:
 
     def _refusal(self, namespace: str, base: str, overload: str) -> Optional[Tuple[str, str]]:
         """(kind, reason) when calls of this op are not captured, else None."""
-        if namespace != "aten" and namespace not in self.allow_namespaces:
+        if namespace != "aten" and namespace not in self.allow_namespaces \
+                and namespace not in TORCH_NAMESPACES:
             return ("namespace", f"{namespace}:: operators run only where allowed: capture "
                     f"and run with --allow-namespace {namespace}")
+        if namespace in TORCH_NAMESPACES:  # torch's own: its module registers them
+            load_namespace(namespace)
         if base.startswith("__") or (namespace == "aten" and base in REFUSED_ATEN_NAMES):
             return ("refused", "refused by the spec resolver (dunder name, file access or "
                     "process state)")
@@ -340,31 +384,46 @@ class CapturedWorkload:
             configs = []
             graph = base.startswith(GRAPH_PREFIX)  # one config per graph, no build args
             for schema, bucket in schemas.items():
-                inputs = []
-                for entry in bucket.values():
-                    arg_spec_list: Dict[str, Any] = {"args": copy.deepcopy(entry["args"])}
-                    if entry["kwargs"]:
-                        arg_spec_list["kwargs"] = copy.deepcopy(entry["kwargs"])
-                    values = list(arg_spec_list.get("kwargs", {}).values()) \
-                        + arg_spec_list["args"]
-                    for tensor in _walk_tensors(values):
-                        if tensor.get("device") == main:
-                            del tensor["device"]  # made on the run's device
-                    for device in _walk_typed(values, "device"):
-                        if _same_device(device.get("value"), main):
-                            device["run_device"] = True
-                    arg_spec_list["count"] = entry["count"]
-                    original = entry["original"].mean()
-                    if original is not None:
-                        arg_spec_list["original_us"] = original
-                    inputs.append(arg_spec_list)
-                configs.append({"input": inputs} if graph else
+                inputs = [self.arg_spec_list(entry, main) for entry in bucket.values()]
+                configs.append({"input": inputs} if graph or schema == COLLECTIVE_SCHEMA else
                                {"build": [{"args": [{"type": "str", "value": schema}]}],
                                 "input": inputs})
             out[base] = {"build_data_generator": DEFAULT_DATA_GENERATOR,
                                     "input_data_generator": DEFAULT_DATA_GENERATOR,
                                     "config": configs}
         return out
+
+    @staticmethod
+    def arg_spec_list(entry: Dict[str, Any], main: str) -> Dict[str, Any]:
+        """One config's input as the spec writes it: its args and kwargs (tensors on the
+        main device lose their ``device``, device args naming it become the run's), its
+        ``count`` and mean ``original_us`` (a collective's with its communication ``comm``)."""
+        arg_spec_list: Dict[str, Any] = {"args": copy.deepcopy(entry["args"])}
+        if entry["kwargs"]:
+            arg_spec_list["kwargs"] = copy.deepcopy(entry["kwargs"])
+        values = list(arg_spec_list.get("kwargs", {}).values()) + arg_spec_list["args"]
+        for tensor in _walk_tensors(values):
+            if tensor.get("device") == main:
+                del tensor["device"]  # made on the run's device
+        for device in _walk_typed(values, "device"):
+            if _same_device(device.get("value"), main):
+                device["run_device"] = True
+        arg_spec_list["count"] = entry["count"]
+        original = entry["original"].mean()
+        comm = entry.get("comm")
+        if comm is not None and comm[1]:
+            original = {**(original or {"cpu": None, "device": None}),
+                        "comm": round(comm[0] / comm[1], 3)}
+        if original is not None:
+            arg_spec_list["original_us"] = original
+        return arg_spec_list
+
+    def entries(self):
+        """(op, schema, signature key, entry) of every config, in the spec's order."""
+        for op, schemas in self._ops.items():
+            for schema, bucket in schemas.items():
+                for key, entry in bucket.items():
+                    yield op, schema, key, entry
 
     def report(self, param_form_notes: Optional[List[Any]] = None) -> Dict[str, Any]:
         """What was captured and what was not, with reasons (the ``.capture.json`` sidecar);
@@ -391,6 +450,8 @@ class CapturedWorkload:
             report["allowed_namespaces"] = sorted(self.allow_namespaces)
         if self.steps is not None:
             report["steps"] = self.steps.to_json()
+        if self.distributed is not None:
+            report["distributed"] = self.distributed
         if self.strides is not None:
             report["strides"] = self.strides
         if self.kineto is not None:

@@ -58,11 +58,15 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
         description="Capture the aten op configs of a PyTorch execution trace or of a live run "
                     "into a spec that run_benchmark replays (counts kept).")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-et", type=Path, metavar="TRACE",
-                        help="a PyTorch execution trace (ExecutionTraceObserver JSON, .gz too)")
-    source.add_argument("--run", metavar="MODULE:FUNCTION",
+    source.add_argument("--from-et", type=Path, metavar="TRACE", action="append",
+                        help="a PyTorch execution trace (ExecutionTraceObserver JSON, .gz too); "
+                             "repeat it, one per rank, for a distributed job (each with its "
+                             "--kineto: the rank is its distributedInfo's, else the order)")
+    source.add_argument("--run", "--live", metavar="MODULE:FUNCTION", dest="run",
                         help="call FUNCTION of MODULE under a live capture (forward and "
-                             "backward, whatever it runs)")
+                             "backward, whatever it runs); under torchrun each rank's capture "
+                             "is joined into one job by rank 0 (spell it --live there: torchrun "
+                             "takes --run for a flag of its own)")
     p.add_argument("-o", "--output", type=Path, required=True, help="the spec to write")
     p.add_argument("--skip-views", action="store_true",
                    help="drop view/alias bookkeeping ops (view, transpose, as_strided, ...)")
@@ -81,10 +85,11 @@ def build_parser(prog: str = "python -m param_compute.capture") -> argparse.Argu
                         "then totals); default: the last complete step")
     # --step is run's step file everywhere else: here the old name, said once on stderr
     p.add_argument("--step", metavar="N|all", dest="old_step", help=argparse.SUPPRESS)
-    p.add_argument("--kineto", type=Path, metavar="FILE",
+    p.add_argument("--kineto", type=Path, metavar="FILE", action="append",
                    help="--from-et: a Kineto trace of the same run (JSON, .gz or a .tar.gz "
                         "archive): each config gets its original CPU and device time "
-                        "(original_us), the summary the coverage by time")
+                        "(original_us), the summary the coverage by time; one per --from-et, "
+                        "in the same order")
     p.add_argument("--allow-namespace", action="append", default=[], metavar="NS",
                    help="capture operators of namespace NS besides aten (repeatable); the run "
                         "must allow it too (run_benchmark --allow-namespace NS)")
@@ -171,6 +176,30 @@ def capture_run(function: Callable[[], object], warmup: int = 1, steps: int = 1,
     workload.step.real_step_us = median(real) * steps
     workload.step.real_host_us = median(host) * steps
     workload.step.tail_gap_us = cap.pending_gap + tail
+    from param_compute.capture.live.dispatch import live_distributed
+
+    workload.distributed = live_distributed()  # a rank of a job under torchrun
+    return workload
+
+
+def join_ranks(workload):
+    """Under torchrun, every rank's live capture handed to rank 0, which writes the job
+    (``capture.job``): rank 0's workload gets ``job_parts`` (all of them, by rank), another
+    rank's an empty list (nothing to write). A process outside a job is left as it is."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return workload
+    import torch.distributed as dist
+
+    own = not dist.is_initialized()
+    if own:  # the step itself made no process group: one for the join only
+        dist.init_process_group("gloo")
+    try:
+        parts = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object(workload, parts, dst=0)
+        workload.job_parts = parts if parts is not None else []
+    finally:
+        if own:
+            dist.destroy_process_group()
     return workload
 
 
@@ -316,10 +345,12 @@ def _live_workload(args: argparse.Namespace):
     restored = Restored()
     try:
         function = load_function(args.run)
+        rank = os.environ.get("RANK")
+        source = f"--run {args.run}" + (f" (rank {rank})" if rank is not None else "")
         try:
-            return capture_run(function, args.warmup, args.steps, args.skip_views,
-                               source=f"--run {args.run}",
-                               allow_namespaces=args.allow_namespace)
+            return join_ranks(capture_run(function, args.warmup, args.steps, args.skip_views,
+                                          source=source,
+                                          allow_namespaces=args.allow_namespace))
         except BaseException as exc:  # sys.exit, KeyboardInterrupt: the step's own
             raise failure(printable(args.run, 300), "the step", exc) from None
     finally:
@@ -334,30 +365,60 @@ def check_capture_outputs(args: argparse.Namespace) -> None:
 
     from param_compute.spec.step_file import step_path
 
+    inputs = {}
+    for flag, paths in (("--from-et", args.from_et), ("--kineto", args.kineto)):
+        inputs.update({f"{flag} trace" + (f" {i + 1}" if i else ""): path
+                       for i, path in enumerate(paths or [])})
     check_outputs({"-o/--output": args.output, "report": report_path(args.output),
-                   "step file": step_path(args.output)},
-                  {"--from-et trace": args.from_et, "--kineto trace": args.kineto})
+                   "step file": step_path(args.output)}, inputs)
+
+
+def _traces(args: argparse.Namespace, target: str):
+    """Each ``--from-et`` trace captured, with its ``--kineto`` (one each, or none)."""
+    from param_compute.capture.trace.execution_trace import capture_execution_trace
+
+    kinetos = args.kineto or []
+    if kinetos and len(kinetos) != len(args.from_et):
+        raise OptionsError(f"{len(args.from_et)} --from-et and {len(kinetos)} --kineto: give "
+                           "one --kineto per --from-et, in the same order (or none)")
+    return [capture_execution_trace(
+        trace, skip_views=args.skip_views, step=args.step,
+        allow_namespaces=args.allow_namespace,
+        kineto=kinetos[index] if kinetos else None, target_device=target,
+        max_trace_bytes=args.max_trace_bytes, subnormal_state=args.subnormal_state)
+        for index, trace in enumerate(args.from_et)]
+
+
+def _is_job(workloads) -> bool:
+    """Several ranks, or one trace with collectives: written as a job (``capture.job``)."""
+    return len(workloads) > 1 or any(w.communication_us()["calls"] or (
+        w.distributed or {}).get("world_size", 1) > 1 for w in workloads)
 
 
 def _workload(args: argparse.Namespace):
-    """The captured workload: from the trace (``--from-et``) or the live step (``--run``)."""
+    """(the workload captured, or None; the job's captures where there is a job to write:
+    several ranks, collectives, or a live rank under torchrun (an empty list: rank 0 writes
+    it)): from the traces (``--from-et``) or the live step (``--run``)."""
+    target = args.target_device or _default_device()
     check_capture_outputs(args)
     if args.from_et is not None:
-        from param_compute.capture.trace.execution_trace import capture_execution_trace
-
-        return capture_execution_trace(
-            args.from_et, skip_views=args.skip_views, step=args.step,
-            allow_namespaces=args.allow_namespace, kineto=args.kineto,
-            target_device=args.target_device or _default_device(),
-            max_trace_bytes=args.max_trace_bytes, subnormal_state=args.subnormal_state)
+        workloads = _traces(args, target)
+        return (None, workloads) if _is_job(workloads) else (workloads[0], None)
     workload = _live_workload(args)  # torch imported by the step's module or the capture
-    workload.target_device = args.target_device or _default_device()
-    return workload
+    workload.target_device = target
+    return workload, workload.job_parts
 
 
 def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
     try:
-        workload = _workload(args)
+        workload, job = _workload(args)
+        if job is not None and not job:  # a live rank under torchrun: rank 0 writes the job
+            print(f"{workload.summary()}\n  handed to rank 0, which writes the job: "
+                  f"{args.output}")
+            return 0
+        if job is not None:
+            _tell(report, WRITING)
+            return _write_job(args, job)
     except (OSError, ValueError, ImportError, AttributeError, OptionsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -365,15 +426,7 @@ def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
     if not spec:
         print(f"error: nothing to replay: {workload.summary()}", file=sys.stderr)
         return EXIT_INVALID
-    if not args.no_validate:
-        from param_compute.runtime.toolchain import Toolchain
-
-        try:
-            toolchain = Toolchain.start()
-            toolchain.resolver.allow(args.allow_namespace)
-            toolchain.validate(spec, str(args.output))
-        except SpecError as exc:  # a capture bug: say so, but keep what was captured
-            print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
+    _validate(spec, args)
     _tell(report, WRITING)
     try:
         spec_path, report_file = workload.write_spec(args.output, spec, notes)
@@ -383,19 +436,62 @@ def _main(args: argparse.Namespace, report: Optional[int] = None) -> int:
         return EXIT_INVALID
     print("\n".join(workload.summary_lines()))
     if notes is not None:
-        from param_compute.capture.param_form import note_summary
-
-        print(f"  {note_summary(notes, workload.configs)}")
-        shown = sorted(notes, key=lambda n: not n.fails)[:SHOWN_SKIPS]
-        for note in shown:
-            effect = "fails" if note.fails else "differs"
-            print(f"    {effect}: {note.op} input {note.input_index}: {note.reason}")
-        if len(notes) > SHOWN_SKIPS:
-            print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report_file}")
+        _print_notes(notes, workload, report_file)
     if workload.skipped:
         print(f"  every call not captured, with its reason: {report_file}"
               + ("" if args.verbose else " (or -v)"))
     print(f"spec: {spec_path}\nreport: {report_file}")
+    return 0
+
+
+def _print_notes(notes, workload, report: Path) -> None:
+    """``--param-form``: what PARAM's replay will not reproduce, the first few."""
+    from param_compute.capture.param_form import note_summary
+
+    print(f"  {note_summary(notes, workload.configs)}")
+    shown = sorted(notes, key=lambda n: not n.fails)[:SHOWN_SKIPS]
+    for note in shown:
+        effect = "fails" if note.fails else "differs"
+        print(f"    {effect}: {note.op} input {note.input_index}: {note.reason}")
+    if len(notes) > SHOWN_SKIPS:
+        print(f"    ... {len(notes) - SHOWN_SKIPS} more notes in {report}")
+
+
+def _validate(spec, args: argparse.Namespace) -> None:
+    """The spec validated as a run validates it; a capture bug is warned about, the spec kept."""
+    if args.no_validate:
+        return
+    from param_compute.runtime.toolchain import Toolchain
+
+    try:
+        toolchain = Toolchain.start()
+        toolchain.resolver.allow(args.allow_namespace)
+        toolchain.validate(spec, str(args.output))
+    except SpecError as exc:  # a capture bug: say so, but keep what was captured
+        print(f"warning: the captured spec does not validate:\n{exc}", file=sys.stderr)
+
+
+def _write_job(args: argparse.Namespace, workloads) -> int:
+    """Several ranks' captures (or one with collectives) as one job: ``capture.job``."""
+    from param_compute.capture.job import JobCapture
+    from param_compute.spec.step_file import step_path
+
+    if args.param_form:
+        raise OptionsError("--param-form: PARAM's replay has no collectives nor ranks; a job "
+                           "is written in param_compute's form only")
+    names = [str(t) for t in args.from_et] if args.from_et else \
+        [w.source for w in workloads]
+    job = JobCapture(workloads, names)
+    spec = job.spec()
+    _validate(spec, args)
+    try:
+        spec_path, report = job.write(args.output, spec)
+    except OSError as exc:
+        print(f"error: cannot write {args.output} or its report: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_INVALID
+    print("\n".join(job.summary_lines()))
+    print(f"spec: {spec_path}\nstep: {step_path(spec_path)}\nreport: {report}")
     return 0
 
 

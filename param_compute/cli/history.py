@@ -87,7 +87,10 @@ def _add(args) -> int:
     from param_compute.history.store import open_store
     from param_compute.results.file import warn_problem
 
+    from param_compute.history.ingest import add_job_totals
+
     _usable(args.results)
+    reports = []
     with open_store(args.db, create=True) as store:
         for path in args.results:
             try:
@@ -96,6 +99,7 @@ def _add(args) -> int:
                 raise HistoryError(f"{store.where}: {explained(exc, args.db)}; {printable(path)} "
                                    "not added (its add was rolled back: the history is as it "
                                    "was before it)") from None
+            reports.append(report)
             skipped = (f"; {report.problem_count} damaged line(s) skipped (listed above)"
                        if report.problem_count else "")
             if report.duplicate_of is not None:
@@ -110,6 +114,8 @@ def _add(args) -> int:
             print(f"{path}: added as {plain(report.label)} on {plain(report.machine)}: "
                   f"{report.points} "
                   f"point(s) from {report.records} record(s){unmeasured}{steps}{skipped}")
+        for line in add_job_totals(store, reports):  # a job's ranks, added together
+            print(plain(line))
     return 0
 
 

@@ -3,8 +3,12 @@
 The file is streamed (``results.file.ResultsStream``, times in ms): each measured pass (a median
 above 0 and at most ``results.fields.MAX_NUMBER`` ms) of each ``ok`` record is a point (median
 and its 95% interval) of the series (machine, op, config, pass), written in batches. Damaged
-lines are skipped and listed, never a reason to drop the rest. A captured workload's step totals are series too (``workload step``): Σ median × count (the isolated
-replay) and, when the file holds a step replay, the in-step total (``analysis.ledger``).
+lines are skipped and listed, never a reason to drop the rest. A captured workload's step totals
+are series too (``workload step``): Σ median × count (the isolated replay) and, when the file
+holds a step replay, the in-step total (``analysis.ledger``). A job's rank files
+(``analysis.job``) give each rank's series (``WORKLOAD rank R``); added together, every rank of
+one job, they also give the job's in-step time, the median over its ranks (``add_job_totals``),
+a point of rank 0's run.
 
 The file's identity is the hash of its bytes (``results.file.file_digest``): the same file
 added twice adds nothing the second time. All of one add is one transaction: a killed add
@@ -54,6 +58,9 @@ class AddReport:
     step_series: int = 0
     problems: List[LineProblem] = field(default_factory=list)
     problem_count: int = 0
+    #: A job's rank file: {rank, world_size, workload, in_step_ms}; and the machine's key.
+    job: Optional[Dict[str, Any]] = None
+    machine_key: Any = None
 
 
 class _Duplicate(Exception):
@@ -150,10 +157,12 @@ class _StepTotals:
     """A captured workload's totals, summed as the file streams: the ledger's fields per run
     and Σ interval bound × count beside Σ median × count."""
 
-    def __init__(self):
+    def __init__(self, rank: Optional[int] = None):
         self.kept: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.low = self.high = 0.0
         self.bounded = True
+        self.rank = rank  # a job's rank: its series are the rank's
+        self.in_step: Optional[float] = None
 
     def add(self, record: Dict[str, Any]) -> None:
         count = record.get("count")
@@ -172,7 +181,9 @@ class _StepTotals:
         if not self.kept:
             return
         ledger = build_ledger(self.kept.values(), stream.step, stream.run_options)
-        workload = Path(str(stream.run_options.get("config_file") or "workload")).name[:100]
+        workload = workload_name(stream.run_options)
+        if self.rank is not None:
+            workload = f"{workload} rank {self.rank}"
         isolated = _number(ledger.get("isolated_ms"))
         if isolated is not None:
             yield ((STEP_OP, config_key(["step", workload, "isolated"]), "isolated"),
@@ -180,12 +191,47 @@ class _StepTotals:
                    self.low if self.bounded else None, self.high if self.bounded else None,
                    len(self.kept))
         in_step = _number(ledger.get("in_step_ms"))
+        self.in_step = in_step
         if in_step is not None:
             stats = ((stream.step or {}).get("stats") or {}).get(STEP_PASS) or {}
             yield ((STEP_OP, config_key(["step", workload, "in-step"]), "in-step"),
                    ("step", f"step|{workload}", f"{workload}: in-step replay"), in_step,
                    _number(stats.get("ci_low")), _number(stats.get("ci_high")),
                    _count(stats.get("n")))
+
+
+def workload_name(run_options: Dict[str, Any]) -> str:
+    return Path(str(run_options.get("config_file") or "workload")).name[:100]
+
+
+def add_job_totals(store: HistoryStore, reports: List[AddReport]) -> List[str]:
+    """For every job whose ranks' files were all just added: the job's in-step time (the
+    median over its ranks) as a point of rank 0's run; what was added, said per job."""
+    from param_compute.results.stats import median
+
+    jobs: Dict[Tuple[str, int], Dict[int, AddReport]] = {}
+    for report in reports:
+        if report.job is not None and report.run_id is not None:
+            key = (report.job["workload"], report.job["world_size"])
+            jobs.setdefault(key, {})[report.job["rank"]] = report
+    said = []
+    for (workload, world), ranks in jobs.items():
+        steps = [ranks[r].job["in_step_ms"] for r in sorted(ranks)]
+        if sorted(ranks) != list(range(world)) or any(s is None for s in steps):
+            continue
+        first = ranks[0]
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with store.write():
+            batch = _Batch(store, store.machine_id(first.machine_key),
+                           store.label_id(first.label, now), first.run_id)
+            batch.add(((STEP_OP, config_key(["step", workload, "in-step job"]), "in-step"),
+                       ("step", f"step|{workload}|job",
+                        f"{workload}: in-step replay, median over {world} ranks"),
+                       median(steps), min(steps), max(steps), world))
+            batch.flush()
+        said.append(f"{workload}: the job's in-step replay, {median(steps):.3f} ms (median "
+                    f"over its {world} ranks)")
+    return said
 
 
 def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
@@ -208,7 +254,10 @@ def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
                                "printable; give the run a label (--label L)")
     label = check_label(label)
     machine = machine_of(header)
-    report = AddReport(str(path), label, machine.name)
+    report = AddReport(str(path), label, machine.name, machine_key=machine)
+    job = header.get("job") if isinstance(header.get("job"), dict) else None
+    rank = job.get("rank") if job and isinstance(job.get("rank"), int) \
+        and isinstance(job.get("world_size"), int) and job["world_size"] > 1 else None
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     start = header.get("start_time") if isinstance(header.get("start_time"), str) else None
     try:
@@ -219,7 +268,7 @@ def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
             machine_id = store.machine_id(machine)
             label_id = store.label_id(label, now)
             run_id = store.add_run(content, label_id, machine_id, str(path)[:1000], start, now)
-            batch, totals = _Batch(store, machine_id, label_id, run_id), _StepTotals()
+            batch, totals = _Batch(store, machine_id, label_id, run_id), _StepTotals(rank)
             for _, record in stream:
                 report.records += 1
                 totals.add(record)
@@ -242,5 +291,9 @@ def add_results(store: HistoryStore, path: Path, label: Optional[str] = None,
         raise HistoryError(str(exc)) from None
     else:
         report.run_id, report.points = run_id, batch.written
+        if rank is not None:
+            report.job = {"rank": rank, "world_size": job["world_size"],
+                          "workload": workload_name(stream.run_options),
+                          "in_step_ms": totals.in_step}
     report.problems, report.problem_count = stream.problems, stream.problem_count
     return report

@@ -10,7 +10,10 @@ Every driver calls the one timing loop (``measure.timing.time_calls``) in blocks
 between blocks: the ``iteration`` calls alone (one block), ``min_time`` (doubling blocks until
 the time is spent), ``max_noise`` (blocks growing by a quarter until the median's 95% interval
 is within ±PCT of it, at least ``min_samples`` values and ``min_time``, at most
-``max_time``/``max_iteration``; ``stop_reason`` says which ended it). On the host with one
+``max_time``/``max_iteration``; ``stop_reason`` says which ended it). A clock that agrees
+across the ranks of a job (``measure.ranks``: ``agree``) has every decision taken on the agreed
+samples, so the ranks stop together; with its ``slowest`` they are the samples kept. On the host
+with one
 thread the loop also reads the thread's CPU time per sample (``measure.clocks``): the stats get
 ``descheduled``, and ``timer="cpu"`` makes those CPU times the sample. ``involuntary_switches``
 counts the kernel's preemptions over the measurement; ``peak_bytes`` is the memory taken above
@@ -73,6 +76,13 @@ class Measurer:
         self.annotator = annotator if annotator is not None else _NoRanges()
         self.watch = watch
         self.pair_cpu = reads_thread_cpu(device.clock, num_threads)
+        #: The ranks' agreement (``measure.ranks``): decisions on the samples it returns.
+        self.agree = getattr(device.clock, "agree", None)
+        self.slowest = bool(getattr(device.clock, "slowest", False))
+
+    def _agreed(self, times: List[float]) -> List[float]:
+        """The samples every rank decides on (its own where the clock agrees with no one)."""
+        return times if self.agree is None else self.agree(times)
 
     def measure(self, fn: Callable[[], Any], prepare: Optional[Callable[[], Any]] = None,
                 name: str = "forward", label: Tuple[str, str] = ("", "")) -> PassResult:
@@ -93,10 +103,13 @@ class Measurer:
                 switches = involuntary_switches()
                 times = time_calls(measured if phase == "measure" else fn, count, device.clock,
                                    mode, prepare, host, cpu_out=cpu)
+                seen = self._agreed(times)
+                if self.slowest:
+                    times = seen
                 calls = count
                 if phase == "measure" and options.extends:
                     calls, result.facts["stop_reason"] = self._extend(
-                        measured, prepare, times, host, cpu, calls)
+                        measured, prepare, times, host, cpu, calls, seen)
                 elif phase == "warmup" and options.warmup_time > 0:
                     self._warm_for_time(fn, prepare, times, count, result)
                 peak = device.peak_memory_mb()
@@ -132,10 +145,10 @@ class Measurer:
         return times
 
     def _extend(self, fn, prepare, times: List[float], host: List[float],
-                cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
+                cpu: Optional[List[float]], calls: int, seen: List[float]) -> Tuple[int, str]:
         if self.protocol.max_noise:
-            return self._until_sure(fn, prepare, times, host, cpu, calls)
-        calls = self._extend_to_min_time(fn, prepare, times, host, cpu, calls)
+            return self._until_sure(fn, prepare, times, host, cpu, calls, seen)
+        calls = self._extend_to_min_time(fn, prepare, times, host, cpu, calls, seen)
         return calls, "max_iteration" if calls >= self.protocol.max_iteration else "min_time"
 
     def _warm_for_time(self, fn, prepare, times: List[float], count: int,
@@ -145,51 +158,66 @@ class Measurer:
         options = self.protocol
         warm = warm_up(fn, options.warmup_time, self.device.clock, options.exec_mode, prepare,
                        settle=options.min_time > 0,
-                       spent_before_ms=spent_ms(times, count, options.exec_mode))
+                       spent_before_ms=spent_ms(self._agreed(times), count, options.exec_mode),
+                       agree=self.agree)
         result.extra["warmup.extra_iterations"] = [warm.calls]
         result.extra["warmup.total_time"] = [warm.spent_ms]
         result.extra["warmup.block_median"] = warm.block_medians
 
+    def _more(self, fn, prepare, count: int, times: List[float], host: List[float],
+              cpu: Optional[List[float]], seen: List[float], **blocks: Any) -> List[float]:
+        """Another block of ``count`` calls: kept in ``times``, its agreed samples (what the
+        decisions read) in ``seen`` (the same list where no ranks agree)."""
+        clock, mode = self.device.clock, self.protocol.exec_mode
+        more = time_calls(fn, count, clock, mode, prepare, host, cpu_out=cpu, **blocks)
+        agreed = self._agreed(more)
+        times.extend(agreed if self.slowest else more)
+        if seen is not times:
+            seen.extend(agreed)
+        return agreed
+
     def _until_sure(self, fn, prepare, times: List[float], host: List[float],
-                    cpu: Optional[List[float]], calls: int) -> Tuple[int, str]:
+                    cpu: Optional[List[float]], calls: int,
+                    seen: Optional[List[float]] = None) -> Tuple[int, str]:
         """``max_noise``: blocks of a quarter more calls until the median's interval is within
         ±PCT (at least ``min_samples`` values and ``min_time`` spent), or ``max_time`` (once
         ``min_samples`` values are in) or ``max_iteration`` is reached."""
-        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
+        options, mode = self.protocol, self.protocol.exec_mode
+        seen = times if seen is None or self.agree is None else seen
         target, min_ms, max_ms = options.max_noise / 100, options.min_time * 1e3, \
             options.max_time * 1e3
-        spent = spent_ms(times, calls, mode)
+        spent = spent_ms(seen, calls, mode)
         while True:
-            if spent >= min_ms and len(times) >= options.min_samples \
-                    and relative_half_width(times) <= target:
+            if spent >= min_ms and len(seen) >= options.min_samples \
+                    and relative_half_width(seen) <= target:
                 return calls, "noise"
             if calls >= options.max_iteration:
                 return calls, "max_iteration"
-            if spent >= max_ms and len(times) >= options.min_samples:
+            if spent >= max_ms and len(seen) >= options.min_samples:
                 return calls, "max_time"  # the cap: never below the least samples
             per_call = spent / calls if calls else 0.0
-            block = max(1, int(calls * SURE_GROWTH), options.min_samples - len(times))
+            block = max(1, int(calls * SURE_GROWTH), options.min_samples - len(seen))
             if per_call > 0:  # not far past --max-time
                 block = min(block, max(1, math.ceil((max_ms - spent) / per_call)))
             block = min(block, options.max_iteration - calls)
-            more = time_calls(fn, block, clock, mode, prepare, host, cpu_out=cpu)
-            times.extend(more)
+            more = self._more(fn, prepare, block, times, host, cpu, seen)
             spent += spent_ms(more, block, mode)
             calls += block
 
     def _extend_to_min_time(self, fn, prepare, times: List[float], host: List[float],
-                            cpu: Optional[List[float]], calls: int) -> int:
+                            cpu: Optional[List[float]], calls: int,
+                            seen: Optional[List[float]] = None) -> int:
         """Adaptive iterations: keep measuring, in doubling blocks, until the measured time
         reaches ``--min-time`` or the calls reach ``--max-iteration``."""
-        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
+        options, mode = self.protocol, self.protocol.exec_mode
+        seen = times if seen is None or self.agree is None else seen
         target_ms = options.min_time * 1e3
-        spent = spent_ms(times, calls, mode)
+        spent = spent_ms(seen, calls, mode)
         if mode is ExecMode.CONTINUOUS and spent < target_ms:
             return self._continuous_to_min_time(fn, prepare, times, host, cpu, spent / calls)
         while spent < target_ms and calls < options.max_iteration:
             block = min(calls, options.max_iteration - calls)
-            more = time_calls(fn, block, clock, mode, prepare, host, cpu_out=cpu)
-            times.extend(more)
+            more = self._more(fn, prepare, block, times, host, cpu, seen)
             spent += spent_ms(more, block, mode)
             calls += block
         return calls
@@ -200,7 +228,7 @@ class Measurer:
         (like torch.utils.benchmark's block-size estimation); then one back-to-back loop long
         enough for ``--min-time`` (topped up if the estimate fell short), stamped in blocks of
         about ``CONTINUOUS_BLOCK_MS``, replaces them: every value a mean of as many calls."""
-        options, clock, mode = self.protocol, self.device.clock, self.protocol.exec_mode
+        options, mode = self.protocol, self.protocol.exec_mode
         target_ms = options.min_time * 1e3
         blocks = max(CONTINUOUS_BLOCKS, min(MAX_CONTINUOUS_BLOCKS,
                                             int(target_ms / CONTINUOUS_BLOCK_MS)))
@@ -215,8 +243,7 @@ class Measurer:
             count = min(options.max_iteration - int(calls),
                         max(block, math.ceil((target_ms - spent) / max(per_call_ms, 1e-6))))
             parts = max(1, count // block)
-            more = time_calls(fn, count, clock, mode, prepare, host, blocks=parts, cpu_out=cpu)
-            times.extend(more)
+            more = self._more(fn, prepare, count, times, host, cpu, times, blocks=parts)
             took = spent_ms(more, count, mode, blocks=parts)
             spent += took
             calls += count

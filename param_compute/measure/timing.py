@@ -228,12 +228,14 @@ def drifting(medians: List[float], tolerance: float = DRIFT_TOLERANCE) -> bool:
 
 def warm_up(fn: Callable[[], Any], seconds: float, clock, mode: ExecMode,
             prepare: Optional[Callable[[], Any]] = None, settle: bool = False,
-            spent_before_ms: float = 0.0) -> WarmUp:
+            spent_before_ms: float = 0.0,
+            agree: Optional[Callable[[List[float]], List[float]]] = None) -> WarmUp:
     """Keep calling ``fn`` (timed by ``time_calls``, untimed results kept only as block
     medians) until ``seconds`` of calls have run, ``spent_before_ms`` (the ``-w`` calls)
     included; with ``settle``, also until the per-block median stops drifting, at most
     ``WARMUP_CAP`` x ``seconds``. Blocks double from one call until one lasts about
-    ``BLOCK_FRACTION`` of ``seconds``."""
+    ``BLOCK_FRACTION`` of ``seconds``. ``agree``: the ranks' agreed samples of each block
+    (``measure.ranks``), on which every decision is taken, so ranks warm up alike."""
     result = WarmUp(spent_ms=spent_before_ms, settled=not settle)
     target_ms = seconds * 1e3
     block_ms = max(MIN_BLOCK_MS, BLOCK_FRACTION * target_ms)
@@ -244,6 +246,8 @@ def warm_up(fn: Callable[[], Any], seconds: float, clock, mode: ExecMode,
                 or result.calls >= MAX_WARMUP_CALLS:
             return result
         times = time_calls(fn, size, clock, mode, prepare)
+        if agree is not None:
+            times = agree(times)
         took = spent_ms(times, size, mode)
         result.calls += size
         result.spent_ms += took

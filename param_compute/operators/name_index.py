@@ -44,7 +44,8 @@ PREFIX = "operator_names-"
 MAX_INDEX_BYTES = 64 * 2**20
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: Sources whose rules decide what the index holds: another version of them, another index.
-_RULE_SOURCES = ("operators/resolution.py", "operators/name_index.py", "operators/names.py")
+_RULE_SOURCES = ("operators/resolution.py", "operators/name_index.py", "operators/names.py",
+                 "operators/collectives.py")
 _BUILTIN_KINDS = ("operators", "unavailable_operators", "config_iterators", "data_generators")
 
 
@@ -259,6 +260,10 @@ class IndexedResolver:
             self._full.allow(self.allow_namespaces)
 
     def __call__(self, name: str) -> Resolution:
+        from param_compute.operators.collectives import kind_of
+
+        if kind_of(name) is not None and name not in self.registries.operators:
+            return Resolution(True, kind="collective")  # the fixed table: torch-free
         if name in self.registries.operators or (
                 name in self.index.builtin["operators"]
                 and name not in self.registries.unavailable_operators):

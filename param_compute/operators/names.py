@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+#: Namespaces of torch's own compute operators outside aten, registered when torch's module
+#: that defines them is imported (``operators.resolution.NAMESPACE_LIBRARIES``): captured and
+#: run like aten's, with no ``--allow-namespace`` (FSDP2's ``fsdp::all_gather_copy_in``,
+#: ``fsdp::split_with_sizes_copy``, ``fsdp::chunk_cat`` are the step's compute).
+TORCH_NAMESPACES = frozenset({"fsdp"})
+
 
 def aten_overload_name(op_name: str, schema: Optional[str]) -> str:
     """The overload an ``aten::`` spec means: from its schema string, else from the op name.

@@ -32,7 +32,9 @@ from param_compute.plugins.interfaces import OperatorInterface
 from param_compute.plugins.registry import Registries
 from param_compute.operators.adapters import (AtenOperator, CallableOperator, InplaceMethodOperator,
                                               ModuleOperator)
-from param_compute.operators.names import aten_base_name, aten_overload_name, op_namespace
+from param_compute.operators.collectives import FRIENDLY_PREFIX, kind_of, known_names
+from param_compute.operators.names import (TORCH_NAMESPACES, aten_base_name, aten_overload_name,
+                                           op_namespace)
 from param_compute.spec.graphs import GRAPH_PREFIX, graph_name
 from param_compute.spec.model import Resolution
 
@@ -240,6 +242,9 @@ class OperatorResolver:
             return self._ok(name, "workload", regs.operators[name])
         if name in regs.unavailable_operators:
             return _refusal(f"operator {name!r} is unavailable: {regs.unavailable_operators[name]}")
+        collective = self._resolve_collective(name)
+        if collective is not None:
+            return collective
         if name.startswith("aten::"):
             return self._resolve_aten(name)
         if name.startswith(GRAPH_PREFIX):
@@ -253,6 +258,22 @@ class OperatorResolver:
         return _refusal(f"unknown operator {name!r}{failed}",
                         did_you_mean(name, list(regs.operators))
                         or f"operators are {ALLOWED_FORMS}")
+
+    def _resolve_collective(self, name: str) -> Optional[Resolution]:
+        """A collective (``c10d::allreduce_``, ``torch.distributed.all_reduce``, ...): a row of
+        ``operators.collectives``' fixed table, run by ``CollectiveOperator``; another name in
+        those namespaces is refused naming the known ones; None for any other name."""
+        kind = kind_of(name)
+        if kind is not None:
+            from param_compute.operators.collective_ops import CollectiveOperator
+
+            return self._ok(name, "collective", partial(CollectiveOperator, kind.name))
+        if name.startswith(("c10d::", "_c10d_functional::", FRIENDLY_PREFIX)):
+            shown = known_names()
+            return _refusal(f"{name!r} is no collective param_compute replays",
+                            did_you_mean(name, list(shown)) or "collectives: "
+                            + ", ".join(shown))
+        return None
 
     def _resolve_aten(self, name: str) -> Resolution:
         _, refusal = aten_packet(name)
@@ -273,7 +294,7 @@ class OperatorResolver:
         run allows that namespace, through ``torch.ops.ns`` (its library loaded first)."""
         match = _NS_NAME.match(name)
         namespace, base, overload = match.group(1), match.group(2), match.group(3)
-        if namespace not in self.allow_namespaces:
+        if namespace not in self.allow_namespaces and namespace not in TORCH_NAMESPACES:
             return _refusal(f"operator {name!r} is in namespace {namespace}::, which only the "
                             f"run can allow: pass --allow-namespace {namespace}",
                             "a spec cannot allow a namespace itself")
@@ -390,7 +411,8 @@ def _unbound_graph(name: str) -> OperatorInterface:
 
 
 #: Namespaces whose operators a library registers when imported.
-NAMESPACE_LIBRARIES = {"fbgemm": "fbgemm_gpu", "torchvision": "torchvision",
+NAMESPACE_LIBRARIES = {"fbgemm": "fbgemm_gpu", "fsdp": "torch.distributed.fsdp",
+                       "torchvision": "torchvision",
                        "torchaudio": "torchaudio", "torchrec": "torchrec"}
 
 

@@ -56,9 +56,15 @@ def base_name(op_name: str) -> str:
 def custom_namespace(op_name: str) -> Optional[str]:
     """The namespace of an ``ns::op`` operator outside aten (``fbgemm``), else None. Its kernels
     are not torch's and unchecked: by default its runs are measured in an isolated worker."""
+    from param_compute.operators.collectives import is_collective
+    from param_compute.operators.names import TORCH_NAMESPACES
+
     namespace, sep, _ = op_name.partition("::")
     # (graph::NAME, a captured graph, runs aten's ops, compiled by torch's own Inductor)
-    return namespace if sep and namespace not in ("aten", "graph") else None
+    if not sep or namespace in ("aten", "graph") or namespace in TORCH_NAMESPACES \
+            or is_collective(op_name):  # torch's own kernels, or torch.distributed's
+        return None
+    return namespace
 
 
 def _true(spec: Any) -> bool:

@@ -74,6 +74,9 @@ class Session:
         self.cupti = None
         self.engine = None
         self.step_run = None  # --replay-step: the step replay's run (``runtime.step_run``)
+        #: A job (``plan.job``): this process's rank, and its part of the plan.
+        self.job_rank = None
+        self.job_plan = None
 
     @classmethod
     def build(cls, spec: SpecInput, options: Optional[RunOptions] = None,
@@ -91,6 +94,7 @@ class Session:
         try:
             session._prepare(toolchain)
             session._load(spec)
+            session._resolve_job()
             session._claim_outputs()
             session._make_header(cmd_args)
             session._plan_step()
@@ -103,7 +107,8 @@ class Session:
 
         session.engine = Engine(session.spec, session.options, session.toolchain, session.sinks,
                                 session._selection(), session._refused(), session._journal(),
-                                extra_runs=[session.step_run] if session.step_run else ())
+                                extra_runs=[session.step_run] if session.step_run else (),
+                                job=session.job_plan)
         return session
 
     # -- assembly -------------------------------------------------------------------------
@@ -139,6 +144,32 @@ class Session:
         self.options = follow_capture(self.spec, self.toolchain.complete(self.options),
                                       self.options.match_capture)
 
+    def _resolve_job(self) -> None:
+        """A job (collectives, or ``__process_groups__``: ``plan.job``) is not sharded: this
+        process runs its own rank's part; a world size other than the job's is refused."""
+        from param_compute.plan.job import JobPlan, is_job, resolve_rank
+
+        if not is_job(self.spec):
+            return
+        options = self.options
+        if self.shard is not None and self.shard.source == "--shard":
+            raise OptionsError("--shard: a job (a spec with collectives or __process_groups__) "
+                               "is not sharded: every rank runs its own part of it")
+        for given, name in ((options.isolate and options.timeout is None, "--isolate"),
+                            (options.timeout is not None, "--timeout (use --dist-timeout)"),
+                            (options.repetitions > 1, "--repetitions")):
+            if given:
+                raise OptionsError(f"{name}: a job's collectives run in each rank's own "
+                                   "process, with its process groups; drop it")
+        if self.outputs.resume:
+            raise OptionsError("--resume: each rank of a job would skip what its own file "
+                               "holds and wait in collectives its peers skip; run the job "
+                               "again")
+        self.shard = None
+        source = str(self.spec_path) if self.spec_path else self.spec.source
+        self.job_rank = resolve_rank(self.spec, source, dry_run=options.dry_run)
+        self.job_plan = JobPlan(self.spec, self.job_rank)
+
     def _claim_outputs(self) -> None:
         """Every output checked and the results file locked, before anything is written."""
         from param_compute.files import check_outputs, lock_results, unused_name
@@ -148,6 +179,10 @@ class Session:
             path = self.shard.path(path)
             self.csv = self.csv and self.shard.path(self.csv)
             self.oss_json = self.oss_json and self.shard.path(self.oss_json)
+        elif self.job_rank is not None and path is not None:  # out.json -> out.rank0of2.json
+            path = self.job_rank.path(path)
+            self.csv = self.csv and self.job_rank.path(self.csv)
+            self.oss_json = self.oss_json and self.job_rank.path(self.oss_json)
         elif self.outputs.output is None and path is not None:
             path = unused_name(path)  # a predictable default name never lands on a file
         if path is None and (self.options.profile or self.options.execution_trace):
@@ -188,6 +223,21 @@ class Session:
             self.digest, sys_info(self.options.device, include_torch=not self.options.dry_run,
                                   num_threads=self.options.num_threads),
             datetime.now().isoformat(timespec="seconds"), cmd_args, shard_header).to_json()
+        if self.job_rank is not None:  # every rank's file says which rank of which job
+            self.header["job"] = self._job_header()
+
+    def _job_header(self) -> Dict[str, Any]:
+        from param_compute.plan.job import job_world_size
+
+        groups = (self.spec.process_groups or {}).get("groups") or {}
+        out = {**self.job_rank.header(), "captured_world_size": job_world_size(self.spec),
+               "groups": {name: list(group.get("ranks") or []) for name, group in
+                          groups.items()}}
+        if not self.options.dry_run:
+            from param_compute.runtime.job import backend_for
+
+            out["backend"] = backend_for(self.options.device, self.options.dist_backend)
+        return out
 
     def _selection(self):
         """The one selection of runs (``plan.selection``): the id window, the runs a resumed
@@ -209,7 +259,7 @@ class Session:
 
         path, step, _ = load_step(self.spec_path, self.options.step_file, self.spec,
                                   self.toolchain.registries.config_iterators,
-                                  self.options.device)
+                                  self.options.device, self.job_plan)
         marks = check_step_spec(path, step, self.spec_path, self.digest,
                                 explicit=self.options.step_file is not None)
         self.step_run = step_run(path, step, marks)
@@ -254,7 +304,8 @@ class Session:
                 protocol=protocol_advice(self.options.protocol, self.options.warmup,
                                          self.options.iteration, self.options.warmup_time,
                                          self.options.min_time),
-                quiet=self.outputs.quiet))
+                # a job's ranks share a terminal: rank 0 prints the tables
+                quiet=self.outputs.quiet or bool(self.job_rank and self.job_rank.rank)))
         if self.outputs.collect:
             from param_compute.results.sinks.jsonl import RecordCollector
 
@@ -263,6 +314,11 @@ class Session:
         sinks += self._exports()
         # Missed targets and --verify failures decide the exit status too.
         sinks.append(Verdicts(self.outputs.fail_on_target_miss))
+        if self.job_rank is not None and self.outputs.console and not self.outputs.quiet \
+                and not self.job_rank.rank:
+            from param_compute.results.sinks.comms import CommsSummary
+
+            sinks.append(CommsSummary())
         if self.step_run is not None:
             from param_compute.results.sinks.step import StepSummary
 

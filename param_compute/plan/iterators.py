@@ -165,9 +165,10 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
     copies = copy_steps(arg_spec_list)
     count = arg_spec_list.get("count")  # a captured config's occurrences, for every combination
     original_us = arg_spec_list.get("original_us")  # its time in the captured run, likewise
+    ranks = arg_spec_list.get("ranks")  # a job's per-rank part (spec.job), likewise
     args = _list_of(arg_builders) if arg_builders is not None else None
     if args is not None and kwarg_builders is None and count is None and original_us is None \
-            and not copies:  # a sweep's commonest form: args only
+            and ranks is None and not copies:  # a sweep's commonest form: args only
         return CompiledArgSpecList(tuple(axes), lambda combo: {"args": args(combo)})
 
     def build(combo: tuple) -> Dict[str, Any]:
@@ -180,6 +181,8 @@ def compile_arg_spec_list(arg_spec_list: Dict[str, Any]) -> CompiledArgSpecList:
             out["count"] = count
         if original_us is not None:
             out["original_us"] = dict(original_us)
+        if ranks is not None:
+            out["ranks"] = ranks
         for section, where, attr, target, src_arg, src_elem in copies:
             if target is None:  # the whole attribute, as arg src_arg has it in this combination
                 value = out["args"][src_arg][attr]

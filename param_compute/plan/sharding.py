@@ -43,16 +43,26 @@ class Shard:
 
     def path(self, path: Path) -> Path:
         """``out.json`` -> ``out.shard0of2.json`` (beside it)."""
-        path = Path(path)
-        if path.suffix:
-            return path.with_name(f"{path.stem}.{self.tag}{path.suffix}")
-        return path.with_name(f"{path.name}.{self.tag}")
+        return tagged(path, self.tag)
 
     def device(self, device: str) -> str:
         """Under torchrun a bare ``cuda`` means this process's GPU, ``cuda:LOCAL_RANK``."""
-        if device == "cuda" and self.local_rank is not None:
-            return f"cuda:{self.local_rank}"
-        return device
+        return local_device(device, self.local_rank)
+
+
+def tagged(path: Path, tag: str) -> Path:
+    """``out.json`` -> ``out.TAG.json`` beside it (``out`` -> ``out.TAG``)."""
+    path = Path(path)
+    if path.suffix:
+        return path.with_name(f"{path.stem}.{tag}{path.suffix}")
+    return path.with_name(f"{path.name}.{tag}")
+
+
+def local_device(device: str, local_rank: Optional[int]) -> str:
+    """A bare ``cuda`` is this process's GPU under torchrun, ``cuda:LOCAL_RANK``."""
+    if device == "cuda" and local_rank is not None:
+        return f"cuda:{local_rank}"
+    return device
 
 
 def _env_int(environ: Mapping[str, str], name: str) -> Optional[int]:

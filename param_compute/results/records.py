@@ -169,6 +169,9 @@ class RunRecord:
     canary_drift: Optional[float] = None
     #: A step replay's details (``runtime.step_run``): its record is then a ``step`` line.
     step: Optional[Dict[str, Any]] = None
+    #: A collective measured across a job's ranks: ``{kind, group, ranks, bytes}``, with the
+    #: bandwidths nccl-tests defines added at the median (``operators.collectives``).
+    comms: Optional[Dict[str, Any]] = None
 
     def stats(self) -> Dict[str, Optional[Dict[str, Any]]]:
         out = {p.name: p.stats() for p in self.passes}
@@ -229,7 +232,8 @@ class RunRecord:
                             str(error.get("phase"))) if isinstance(error, dict) else None,
                    {k: v for k, v in target.items() if k in ("metric", "value", "pass")}
                    if isinstance(target, dict) else None,
-                   record.get("verify"), None, record.get("canary_drift"), record.get("step"))
+                   record.get("verify"), None, record.get("canary_drift"), record.get("step"),
+                   _comms_of(record.get("comms")))
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"kind": KIND_STEP if self.step is not None else KIND_RUN,
@@ -268,6 +272,9 @@ class RunRecord:
                 out["metric"]["backward"] = PassResult("backward", [], []).metric()
         if self.step is not None:
             out["step"] = self.step
+        if self.comms is not None:
+            median = (out.get("stats") or {}).get("forward") or {}
+            out["comms"] = comms_json(self.comms, median.get("median"))
         out["config"] = self.config
         return out
 
@@ -278,6 +285,26 @@ class RunRecord:
             return {}
         name = "step" if self.step is not None else "forward"  # the pass it would have had
         return {name: PassResult(name, [], []).metric()}
+
+
+def comms_json(comms: Dict[str, Any], median_ms: Any) -> Dict[str, Any]:
+    """A collective record's ``comms``: what was moved, and the algorithm and bus bandwidths
+    (GB/s) at the median, as nccl-tests defines them."""
+    from param_compute.operators.collectives import KINDS, bandwidth
+
+    kind = KINDS.get(comms.get("kind"))
+    out = {key: comms[key] for key in ("kind", "group", "ranks", "bytes") if key in comms}
+    if kind is not None and isinstance(comms.get("bytes"), int):
+        rates = bandwidth(kind, comms["bytes"], comms.get("ranks") or 1,
+                          median_ms if isinstance(median_ms, (int, float)) else None)
+        out["algbw_gbps"], out["busbw_gbps"] = rates["algbw_gbps"], rates["busbw_gbps"]
+    return out
+
+
+def _comms_of(value: Any) -> Optional[Dict[str, Any]]:
+    if not isinstance(value, dict):
+        return None
+    return {key: value[key] for key in ("kind", "group", "ranks", "bytes") if key in value}
 
 
 #: PARAM's string forms of its pass and execution-mode enums, as its results header writes them.

@@ -29,3 +29,5 @@ class ExecutionContext:
     workloads_dirs: Tuple[Path, ...] = ()
     #: Config iterator name -> class (a step replay plans the runs its calls name).
     config_iterators: Mapping[str, type] = field(default_factory=dict)
+    #: A job's plan for this rank (``plan.job.JobPlan``); None for any other run.
+    job: Any = None

@@ -19,6 +19,7 @@ from param_compute.results.records import (STATUS_DRY_RUN, STATUS_ERROR, STATUS_
                                            RunRecord)
 from param_compute.results.sinks.base import Hooks, RecordSink, RunSummary, as_sink
 from param_compute.runtime.child import ChildSetupError
+from param_compute.errors import JobBroken
 from param_compute.process.signals import GUARD, Interrupted
 from param_compute.spec.model import BenchmarkSpec
 
@@ -31,7 +32,7 @@ class Engine:
     def __init__(self, spec: BenchmarkSpec, options: RunOptions, toolchain,
                  sinks: Iterable[RecordSink] = (), selection: Optional[Selection] = None,
                  refused: Optional[Dict[str, str]] = None, journal: Optional[Any] = None,
-                 extra_runs: Sequence[PlannedRun] = ()):
+                 extra_runs: Sequence[PlannedRun] = (), job: Optional[Any] = None):
         """``toolchain`` (``runtime.toolchain.Toolchain``) gives the config iterators and the
         executor's context; ``selection`` (``plan.selection``) says which runs are measured
         (default: the options' ``--resume-id``/``--stop-id`` window, every run in it);
@@ -39,7 +40,8 @@ class Engine:
         that crashed the previous attempt: ``runtime.crash_marker``); ``journal``: where
         ``--repetitions`` keeps each measurement (``runtime.repetition_journal``);
         ``extra_runs``: runs planned after the spec's own (the step replay's:
-        ``runtime.step_run``)."""
+        ``runtime.step_run``); ``job``: a job's plan for this rank (``plan.job.JobPlan``:
+        which runs, with the rank's own inputs, in the job's order)."""
         self.spec = spec
         self.options = options
         self.iterators = toolchain.registries.config_iterators
@@ -53,13 +55,21 @@ class Engine:
         self.journal = journal
         self._isolated_ops: set = set()  # custom-namespace operators already said isolated
         self.extra_runs = tuple(extra_runs)
+        self.job = job
 
     def plan(self) -> Iterable[PlannedRun]:
-        """The spec's runs in order, then the extra runs (the step replay)."""
-        yield from plan_runs(self.spec, self.iterators, self.options.device)
+        """The spec's runs in order, then the extra runs (the step replay); a job's rank: its
+        runs in the job's order (``plan.job``)."""
+        runs = plan_runs(self.spec, self.iterators, self.options.device)
+        if self.job is not None:
+            yield from self.job.order(runs, self.extra_runs)
+            return
+        yield from runs
         yield from self.extra_runs
 
     def total(self) -> Optional[int]:
+        if self.job is not None:
+            return sum(1 for _ in self.plan())
         counted = count_runs(self.spec, self.iterators)
         return None if counted is None else counted + len(self.extra_runs)
 
@@ -67,6 +77,10 @@ class Engine:
         if self.options.dry_run:
             return None
         context = self.toolchain.context(self.spec, self.options)
+        if self.job is not None:  # the executor joins the job (``runtime.job``)
+            import dataclasses
+
+            context = dataclasses.replace(context, job=self.job)
         if self.options.repetitions > 1:  # each repetition in a fresh worker process
             from param_compute.runtime.isolation import IsolatedExecutor
             from param_compute.runtime.repetitions import RepeatedExecutor
@@ -110,6 +124,10 @@ class Engine:
             summary.aborted = str(exc)
             summary.finish_fields["aborted"] = summary.aborted
             log.error("%s; no further run is tried", exc)
+        except JobBroken as exc:  # a job's rank gone or hung: said once, every rank ends
+            summary.aborted = str(exc)
+            summary.finish_fields["aborted"] = summary.aborted
+            log.error("%s; the job ends here, every record measured is kept", exc)
         finally:
             self._pass_lines()
             if executor is not None:
@@ -156,6 +174,9 @@ class Engine:
                 else:
                     summary.failed.append(record)
             self._emit(run, record)
+            broken = getattr(executor, "broken", None)
+            if broken is not None:  # after this run's record: the job cannot go on
+                raise broken
             if self.options.fail_fast and record.status == STATUS_ERROR:
                 summary.stopped_early = True
                 log.warning("stopping at the first failure (--fail-fast)")

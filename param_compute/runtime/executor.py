@@ -31,6 +31,7 @@ from param_compute.runtime.throughput import FlopCounter, gradient_bytes, tensor
 from param_compute.measure.canary import Canary
 from param_compute.measure.measurer import Measurer
 from param_compute.measure.calibrate import main_dtype, peaks_for_run
+from param_compute.operators.collectives import is_collective
 
 log = logging.getLogger("param_compute")
 
@@ -135,6 +136,15 @@ class Executor:
         self.eager_forward: Optional[Callable[[], Any]] = None  # the run's uncompiled call
         self.context = context
         self.step_device = None  # the step replay's device (``_step_device``)
+        #: A job's rank (``runtime.job``): its groups built now; ``broken``: the job's end,
+        #: set by a failed collective after its run's record (the engine ends the run then).
+        self.job = None
+        self.broken = None
+        if context.job is not None:
+            from param_compute.runtime.job import Job
+
+            self.job = Job.start(context.job.job_rank, options.device, options.dist_backend,
+                                 options.dist_timeout, context.spec.process_groups)
 
     def seed_run(self, run_key: str) -> None:
         seed_generators(seed_for_run(self.options.seed, run_key), self.options.device)
@@ -157,6 +167,10 @@ class Executor:
         """Measure one run; a failure becomes an error record keeping any pass already measured."""
         if run.step is not None:
             return self._execute_step(run)
+        if self.job is not None and is_collective(run.op_name):
+            from param_compute.runtime.job_runs import execute_collective
+
+            return execute_collective(self, run)
         op_spec = self.spec.operators[run.op_index]
         passes: List[PassResult] = []
         try:
@@ -194,16 +208,22 @@ class Executor:
 
         passes: List[PassResult] = []
         details = verdict = None
+        self.step_agreed = False  # a job's ranks agreed to start it (``job_runs``)
         try:
             with self.annotator.range(run_range_name(run.op_name, run.id)):
                 _, step, runs = self._phase("build", lambda: load_step(
                     None, run.step, self.spec, self.context.config_iterators,
-                    self.options.device))
+                    self.options.device, self.context.job))
                 self._phase("memory", lambda: self._check_step_memory(step, runs))
                 replay = self._phase("build", lambda: StepReplay(
                     step, runs, self.spec, self.context, self._step_device()))
-                measurer = Measurer(self.options.measuring(), replay.device, self.annotator,
-                                    self.watch, self.options.num_threads)
+                if self.job is not None:  # every rank ready, then in step (``job_runs``)
+                    from param_compute.runtime.job_runs import step_measurer
+
+                    measurer = self._phase("step", lambda: step_measurer(self, replay))
+                else:
+                    measurer = Measurer(self.options.measuring(), replay.device,
+                                        self.annotator, self.watch, self.options.num_threads)
                 measured, details = self._phase("step", lambda: measure_step(
                     replay, measurer, (run.op_name, run.id)))
                 passes.append(measured)
@@ -211,7 +231,11 @@ class Executor:
                 verdict = verify_step(details) if self.options.verify else None
                 del replay
         except _PhaseError as failure:
-            record = self._failed(run, failure, passes)
+            if self.job is not None:
+                from param_compute.runtime.job_runs import job_failure
+
+                self.broken = job_failure(self, failure.cause, "the step replay")
+            record = self._failed(run, failure, passes, quiet=self.broken is not None)
             record.step = {**(details or {}), **spec_marks(run)}  # still the step's line
             return record
         return RunRecord(run.op_name, run.id, run.config(), STATUS_OK, passes, verify=verdict,
@@ -238,12 +262,15 @@ class Executor:
                 f"{format_size(self.memory_limit)} limit (--max-memory); nothing was "
                 "allocated")
 
-    def _failed(self, run: PlannedRun, failure: "_PhaseError", passes) -> RunRecord:
+    def _failed(self, run: PlannedRun, failure: "_PhaseError", passes,
+                quiet: bool = False) -> RunRecord:
+        """An error record; ``quiet``: not said (the job's one message says it)."""
         cause = failure.cause
         log.debug("run %s failed in %s", run.key, failure.phase, exc_info=cause)
         record = _error(run, cause, failure.phase)
-        log.warning("%s failed in %s: %s: %s", run.key, failure.phase, type(cause).__name__,
-                    record.error.message)
+        if not quiet:
+            log.warning("%s failed in %s: %s: %s", run.key, failure.phase,
+                        type(cause).__name__, record.error.message)
         record.passes = passes
         # The traceback's frames hold this run's tensors: drop them now, so the memory is free
         # before the next config (after an out-of-memory error above all).
@@ -384,3 +411,6 @@ class Executor:
     def close(self) -> None:
         self.built.release()
         self.generators.clear()
+        if self.job is not None:
+            self.job.close()
+            self.job = None

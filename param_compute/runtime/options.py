@@ -264,6 +264,17 @@ class RunOptions:
              "step) as PyTorch runs it uncompiled, its aten ops one by one, instead of "
              "compiled with Inductor: beside a run without it, what compilation buys here")
 
+    #: A job (``plan.job``): the backend of its process groups ("auto": gloo on the CPU,
+    #: nccl on CUDA) and how long a collective may take before the job ends.
+    dist_backend: str = flag(
+        "--dist-backend", default="auto", choices=["auto", "gloo", "nccl"],
+        help="a job (a spec with collectives or __process_groups__, under torchrun): the "
+             "backend of its process groups; auto (default): gloo on the CPU, nccl on CUDA")
+    dist_timeout: float = flag(
+        "--dist-timeout", default=300.0, type=float, metavar="S",
+        help="a job: a collective (or barrier) not complete in S seconds, or a rank gone, "
+             "ends every rank with one message naming the rank and call (default 300)")
+
     def __post_init__(self) -> None:
         # Library callers may pass the mode by name ("continuous").
         object.__setattr__(self, "exec_mode", ExecMode(self.exec_mode))
@@ -329,6 +340,9 @@ class RunOptions:
                                f"({self.iteration})")
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise OptionsError("--cuda-graph needs a CUDA device (-d cuda)")
+        if not (math.isfinite(self.dist_timeout) and 0 < self.dist_timeout <= MAX_SECONDS):
+            raise OptionsError(f"--dist-timeout must be a number of seconds from 0 to "
+                               f"{MAX_SECONDS:g}, got {self.dist_timeout}")
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise OptionsError(f"--timeout must be a finite number of seconds > 0, got "
                                f"{self.timeout}")

@@ -16,6 +16,13 @@ instead, and is counted), ``run_step`` (one step; what the ``Measurer`` times, t
 and ``count_faults`` (each call's minor page faults over a few untimed steps). How the step is
 measured, with the run's protocol, and what its record says: ``runtime.step_run``.
 
+Collectives (a job's step, ``runtime.job``): a call of a collective runs on the job's group;
+one the original issued asynchronously is issued the same way here and its work waited where
+the step file says the original waited it (``waits``), or at the step's end. In the call-timed
+steps each collective also gets its communication time (from its issue until its work
+completed, stamped by the work's future) and the step the time spent waiting for
+communication (``communication``).
+
 Host gaps (``--host-gaps``, on a device by default): the replay's own host step is measured,
 then what the original's (``real_host_us``) took more is spread over the gaps where its host
 spent it (``gap_us``, ``tail_gap_us``: the capture's shape), waited before each call in the
@@ -41,6 +48,7 @@ from param_compute.runtime.step_gaps import fit_gaps
 from param_compute.runtime.step_binding import (Slot, arg_value, locate, output, set_arg,
                                                 tensor_spec)
 from param_compute.measure.faults import minor_faults
+from param_compute.operators.collectives import is_collective
 
 log = logging.getLogger("param_compute")
 
@@ -59,6 +67,26 @@ class _Call:
     outs: List[Tuple[List[int], int]] = field(default_factory=list)  # (output path, slot)
     frees: List[int] = field(default_factory=list)
     failed: Optional[str] = None
+    #: Earlier calls whose async work is waited right before this one; whether this call is
+    #: an async collective (its work kept until waited).
+    waits: Tuple[int, ...] = ()
+    issues: bool = False
+    collective: bool = False
+
+
+class StepCallFailed(RuntimeError):
+    """A call failed in a timed step (a job's collective: a rank gone, a timeout);
+    ``call``: (its index, its run key)."""
+
+    def __init__(self, index: int, run_key: str, cause: BaseException):
+        super().__init__(f"calls[{index}] {run_key}: {type(cause).__name__}: "
+                         f"{str(cause).splitlines()[0][:300] if str(cause) else ''}")
+        self.call = (index, run_key)
+
+
+def _async(kwargs: Dict[str, Any]) -> bool:
+    """Whether a collective's generated kwargs say the original issued it asynchronously."""
+    return kwargs.get("async_op") is True
 
 
 class StepReplay:
@@ -95,6 +123,11 @@ class StepReplay:
         self.gap_fit: Dict[str, Any] = {}
         self._operators: Dict[Any, Any] = {}
         self._generators: Dict[str, Any] = {}
+        #: Async collective work by call index, until waited; in call-timed steps, each
+        #: collective's issue and completion (ns) and the time spent waiting on work.
+        self.works: List[Any] = [None] * len(step["calls"])
+        self.pending = False  # some work not waited yet
+        self._comm: Optional[Dict[str, Any]] = None
         self._build(runs)
         for op in self._operators.values():  # (a captured graph's eager regions, stashed)
             bound = getattr(op, "step_bound", None)
@@ -212,12 +245,15 @@ class StepReplay:
                 set_arg(args, kwargs, path, shared)
             except TypeError:  # inside a tuple: this reader keeps a tensor of its own
                 continue
-        bound = op.bind_forward(args, kwargs)
+        asynchronous = is_collective(run.op_name) and _async(kwargs)
+        bound = op.bind_async(args, kwargs) if asynchronous else op.bind_forward(args, kwargs)
         if isinstance(bound, functools.partial):
             func, bound_args, bound_kwargs = bound.func, list(bound.args), dict(bound.keywords)
         else:  # an operator whose bound call can't be taken apart: its forward, unbound
             func, bound_args, bound_kwargs = op.forward, args, kwargs
-        call = _Call(run.key, func, bound_args, bound_kwargs)
+        call = _Call(run.key, func, bound_args, bound_kwargs,
+                     waits=tuple(entry.get("waits", ())), issues=asynchronous,
+                     collective=is_collective(run.op_name))
         for container, key, slot in locate(bound_args, bound_kwargs):
             shape, dtype, path = expected[slot]
             call.fills.append((container, key, slot, (shape, dtype), path))
@@ -251,15 +287,27 @@ class StepReplay:
                     self._mismatch(index, call.run_key, path, why)
                     container[key] = self._generated(call.run_key, path)
                     call.fills.remove(fill)
+                if call.waits:
+                    try:
+                        self._wait(call.waits)
+                    except Exception as exc:  # a job's collective that never completed
+                        failed = getattr(exc, "at", index)
+                        raise StepCallFailed(failed, self.calls[failed].run_key, exc) from exc
                 try:
                     result = call.func(*call.args, **call.kwargs)
+                    if call.issues:  # (the c10d op's result, its work)
+                        result, self.works[index] = result
+                        self.pending = True
                     for path, slot in call.outs:
                         values[slot] = output(result, path)
                     if index == len(self.calls) - 1:
                         self.last_output = result  # what the step ends with (checks, tests)
                     del result
                 except Exception as exc:
-                    call.failed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                    if call.collective:  # the other ranks wait in it: the job cannot go on
+                        raise StepCallFailed(index, call.run_key, exc) from exc
+                    first = (str(exc).splitlines() or [""])[0][:300]
+                    call.failed = f"{type(exc).__name__}: {first}"
                     failing[call.run_key] = failing.get(call.run_key, 0) + 1
                     if failing[call.run_key] == 1:  # once per config, however many calls
                         log.warning("step replay: calls[%d] %s failed: %s", index,
@@ -268,6 +316,11 @@ class StepReplay:
                 values[slot] = None
             for container, key, *_ in call.fills:
                 container[key] = None
+        try:
+            self._wait(range(len(self.works)))
+        except Exception as exc:
+            failed = getattr(exc, "at", 0)
+            raise StepCallFailed(failed, self.calls[failed].run_key, exc) from exc
         self._plan = None  # calls may have failed, fills been replaced: built again
         self.device.clock.synchronize()
         repeated = {key: count for key, count in failing.items() if count > 1}
@@ -289,23 +342,68 @@ class StepReplay:
         advanced by around the call, or with ``stamped`` the device clock's stamps around it,
         a launch cover first where the clock has one (``run_step_timed`` reads them);
         ``starts``: with ``times`` and not ``stamped``, per call the counter when it began;
-        ``scheduled``: wait the fitted host gaps (``fit_host_gaps``)."""
+        ``scheduled``: wait the fitted host gaps (``fit_host_gaps``). A call that fails here
+        (a job's collective: a rank gone) raises ``StepCallFailed`` naming it."""
         values = self.values
+        for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
+            values[slot] = None
+        comm = self._comm if times is not None else None
+        at = [-1]
+        try:
+            self._loop(values, times, stamped, counter, scheduled, comm, at, starts)
+            if self.pending:  # work never waited where the original waited: at the end
+                at[0] = len(self.calls)
+                self._wait(range(len(self.works)), comm)
+        except Exception as exc:
+            index = getattr(exc, "at", at[0])  # a wait names the collective it waited
+            key = self.calls[index].run_key if 0 <= index < len(self.calls) \
+                else "the step's end (waiting its collectives)"
+            raise StepCallFailed(index, key, exc) from exc
+        if scheduled and self.tail_wait_ns:  # and after its last call
+            now = time.perf_counter_ns
+            due = now() + self.tail_wait_ns
+            while now() < due:
+                pass
+
+    def _loop(self, values, times, stamped: bool, counter, scheduled: bool,
+              comm: Optional[Dict[str, Any]], at: List[int], starts: Any = None) -> None:
+        """``run_step``'s calls; ``at[0]``: the call running (for the failure's message)."""
         clock = self.clock.stamp if stamped else counter
         cover = getattr(self.clock, "cover", None) if stamped else None
         host_ms = getattr(self.clock, "host_elapsed_ms", None) if cover is not None else None
         last_host: Optional[float] = None
         now = time.perf_counter_ns
-        for slot in self.carried:  # the previous step's survivors (a .grad at zero_grad)
-            values[slot] = None
-        for index, func, args, kwargs, fills, outs, frees, wait in self._compiled():
+        works = self.works
+        for index, func, args, kwargs, fills, outs, frees, wait, waits, issues \
+                in self._compiled():
+            at[0] = index
             for container, key, slot in fills:
                 container[key] = values[slot]
+            if waits:  # the original waited this earlier work here
+                self._wait(waits, comm)
             if scheduled and wait:  # the original host's own time before this call
                 due = now() + wait
                 while now() < due:
                     pass
-            if times is None:
+            if issues:  # an async collective: issued, its work kept until waited
+                begin_ns = now()
+                if times is None:
+                    result, work = func(*args, **kwargs)
+                elif stamped:
+                    begin = clock()
+                    result, work = func(*args, **kwargs)
+                    times[index] = (begin, clock())
+                else:
+                    start = clock()
+                    result, work = func(*args, **kwargs)
+                    times[index] = clock() - start
+                    if starts is not None:
+                        starts[index] = start
+                works[index] = work
+                self.pending = True
+                if comm is not None:
+                    self._issued(index, begin_ns, work, comm)
+            elif times is None:
                 result = func(*args, **kwargs)
             elif stamped:
                 if cover is not None:  # the device busy while the host launches the call
@@ -336,14 +434,71 @@ class StepReplay:
                 values[slot] = None
             for container, key, _ in fills:
                 container[key] = None
-        if scheduled and self.tail_wait_ns:  # and after its last call
-            due = now() + self.tail_wait_ns
-            while now() < due:
-                pass
+
+    # -- collectives -------------------------------------------------------------------------
+    def _wait(self, calls, comm: Optional[Dict[str, Any]] = None) -> None:
+        """Wait the async work of ``calls`` (each once); with ``comm``, the time it took."""
+        works = self.works
+        begin = time.perf_counter_ns() if comm is not None else 0
+        for call in calls:
+            work = works[call]
+            if work is not None:
+                works[call] = None
+                try:
+                    work.wait()
+                except Exception as exc:  # the collective it waits failed: name that one
+                    exc.at = call
+                    raise
+                if comm is not None:
+                    comm["done"].setdefault(call, time.perf_counter_ns())
+        if comm is not None:
+            comm["wait_ns"] += time.perf_counter_ns() - begin
+        self.pending = any(work is not None for work in works)
+
+    @staticmethod
+    def _issued(index: int, begin_ns: int, work: Any, comm: Dict[str, Any]) -> None:
+        """An async collective issued in a call-timed step: its completion stamped by its
+        work's future (where the backend gives one), else when it is waited."""
+        comm["issued"][index] = begin_ns
+        if work is None:
+            return
+        try:
+            future = work.get_future()
+        except (RuntimeError, AttributeError):
+            return
+        done = comm["done"]
+        future.add_done_callback(
+            lambda _, index=index: done.setdefault(index, time.perf_counter_ns()))
+
+    def begin_comm_pass(self) -> None:
+        """The next call-timed step records its collectives' times (``end_comm_pass``)."""
+        self._comm = {"issued": {}, "done": {}, "wait_ns": 0}
+
+    def end_comm_pass(self, times: List[Any]) -> Optional[Dict[str, Any]]:
+        """The collectives of the last call-timed step: per call, its communication time
+        (issue to completion, ns; a synchronous one: the call's own time), and the step's
+        time spent waiting on collectives (``exposed_ns``: waits, and synchronous calls)."""
+        comm, self._comm = self._comm, None
+        if comm is None:
+            return None
+        per_call: Dict[int, float] = {}
+        exposed = comm["wait_ns"]
+        for index, call in enumerate(self.calls):
+            if not call.collective or call.failed is not None:
+                continue
+            if call.issues:
+                issued, done = comm["issued"].get(index), comm["done"].get(index)
+                if issued is not None and done is not None:
+                    per_call[index] = max(0, done - issued)
+            elif isinstance(times[index], (int, float)):
+                per_call[index] = times[index]
+                exposed += times[index]
+        return {"per_call": per_call, "exposed_ns": exposed}
 
     def _compiled(self) -> List[Tuple[Any, ...]]:
         """The calls that run, as flat tuples (index, callable, args, kwargs, fills, outputs,
-        frees, host gap ns to wait before it), built once after the checked pass: the replay's own Python between two calls
+        frees, host gap ns to wait before it, earlier work waited before it, whether it is an
+        async collective), built once after the checked pass: the replay's own Python between two calls
         is host time the original step did not spend, and a small-op step is made of it. An
         aten overload is called through its C++ entry (``OpOverload.__call__`` only forwards
         to it), saving a Python frame per call."""
@@ -359,7 +514,8 @@ class StepReplay:
                              tuple((c, k, slot) for c, k, slot, _, _ in call.fills),
                              tuple((path[0], path[1] if len(path) > 1 else -1, slot)
                                    for path, slot in call.outs),
-                             tuple(call.frees), self.waits_ns[index]))
+                             tuple(call.frees), self.waits_ns[index], call.waits,
+                             call.issues))
             self._plan = plan
         return self._plan
 
@@ -375,7 +531,7 @@ class StepReplay:
         (the launch cover between two calls' stamps is no part of the step)."""
         host = getattr(self.clock, "name", "") == "host"
         if host:
-            self.run_step(times, starts=starts)
+            self.run_step(times, starts=starts)  # (a job's clock is the host's underneath)
         else:
             if hasattr(self.clock, "reserve"):
                 self.clock.reserve(2 * len(self.calls))

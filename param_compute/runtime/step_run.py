@@ -39,7 +39,7 @@ from param_compute.measure.timing import ExecMode
 from param_compute.plan.runplan import PlannedRun, plan_runs
 from param_compute.results.stats import median
 from param_compute.runtime.step_timeline import MEASURED, PACKED, build_timeline
-from param_compute.spec.step_file import StepFileError, read_step_file, step_path
+from param_compute.spec.step_file import StepFileError, rank_step, read_step_file, step_path
 from param_compute.spec.wording import short
 
 log = logging.getLogger("param_compute")
@@ -132,13 +132,17 @@ def check_step_spec(path: Path, step: Dict[str, Any], spec_path: Optional[Path],
     return {"stale": True}
 
 
-def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str):
-    """run key -> ``PlannedRun`` for every run the step names; every key must be in the spec."""
+def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str,
+                 job: Any = None):
+    """run key -> ``PlannedRun`` for every run the step names; every key must be in the spec
+    (a job's: each as the step's rank makes it, ``plan.job``)."""
     wanted = {entry["run"] for entry in step["calls"]}
     runs = {}
     for run in plan_runs(spec, iterators, device):
         if run.key in wanted:
-            runs[run.key] = run
+            mine = job.mine(run) if job is not None else run
+            if mine is not None:
+                runs[run.key] = mine
     problems = [Problem(("calls", index, "run"), f"{entry['run']!r} is no run of the spec")
                 for index, entry in enumerate(step["calls"]) if entry["run"] not in runs]
     if problems:
@@ -147,13 +151,24 @@ def planned_runs(step: Dict[str, Any], spec, iterators, device: str, source: str
 
 
 def load_step(spec_path: Optional[Path], step_file: Optional[str], spec, iterators,
-              device: str) -> Tuple[Path, Dict[str, Any], Dict[str, PlannedRun]]:
+              device: str, job: Any = None) -> Tuple[Path, Dict[str, Any],
+                                                     Dict[str, PlannedRun]]:
     """The step file found, read and checked against the spec: (its path, its content, the
-    planned run of every key it names). ``StepFileError`` (invalid input) names the file and
-    entry."""
+    planned run of every key it names). A job's rank (``job``: ``plan.job.JobPlan``) gets its
+    own step of a version-2 file, and a world size other than the file's is refused.
+    ``StepFileError`` (invalid input) names the file and entry."""
     path = find_step_file(spec_path, Path(step_file) if step_file is not None else None)
-    step = read_step_file(path)
-    return path, step, planned_runs(step, spec, iterators, device, str(path))
+    data = read_step_file(path)
+    rank = job.job_rank.rank if job is not None else 0
+    world = job.job_rank.world_size if job is not None else 1
+    written = data.get("world_size", 1)
+    if written != world:
+        raise StepFileError(str(path), [Problem(("world_size",), (
+            f"the step is a job of {written} ranks; this run has {world}: start it with "
+            f"torchrun --nproc_per_node {written}") if written != 1 else (
+            f"the step is one rank's; this run is a job of {world} ranks"))])
+    step = rank_step(data, rank)
+    return path, step, planned_runs(step, spec, iterators, device, str(path), job)
 
 
 def step_run(path: Path, step: Dict[str, Any],
@@ -192,12 +207,23 @@ def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
             _say_long_waits(replay.gap_fit, protocol)
     passes: collections.deque = collections.deque(maxlen=MAX_CALL_PASSES)
     count = len(replay.calls)
+    comms: collections.deque = collections.deque(maxlen=MAX_CALL_PASSES)
+    collectives = any(call.collective for call in replay.calls)
+    # a job's ranks (``measure.ranks``) start each call-timed step together too
+    together = measurer.device.clock.barrier if hasattr(measurer.device.clock, "agree") \
+        else None
 
     def call_timed() -> None:  # untimed by the step's clock: a clock around every call
         times = [0] * count
         starts = array.array("q", bytes(8 * count))  # where each call began (the timeline)
+        if together is not None:
+            together()
+        if collectives:
+            replay.begin_comm_pass()
         replay.run_step_timed(times, starts)
         passes.append((times, starts))
+        if collectives:
+            comms.append(replay.end_comm_pass(times))
 
     discrete = protocol.exec_mode is ExecMode.DISCRETE
     result = measurer.measure(replay.step_callable(), call_timed if discrete else None,
@@ -214,6 +240,8 @@ def measure_step(replay, measurer, label: Tuple[str, str] = (STEP_OP, STEP_ID)):
         [call.run_key for call in replay.calls], [call.failed is not None for call in
                                                   replay.calls], kept,
         MEASURED if getattr(replay.clock, "name", "") == "host" else PACKED)
+    if collectives:
+        out.update(communication(replay, list(comms)[-len(kept):] if kept else []))
     return result, out
 
 
@@ -232,6 +260,39 @@ def host_step_us(replay, device) -> float:
     return result.stats()["median"] * 1e3
 
 
+def communication(replay, passes: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """A job's step: each collective config's communication time in the step (``comm_us``: the
+    median over the call-timed steps of its mean per call, issue to completion), beside the
+    original's (the step file's ``comm_us``), and the step's totals (``communication``: the
+    collectives' time, and the part not hidden behind compute, the time spent waiting on
+    them), each per step, ms."""
+    per_config: Dict[str, List[int]] = {}
+    for index, call in enumerate(replay.calls):
+        if call.collective and call.failed is None:
+            per_config.setdefault(call.run_key, []).append(index)
+    originals = [entry.get("comm_us") for entry in replay.step["calls"]]
+    configs: Dict[str, Dict[str, Any]] = {}
+    for key, indices in per_config.items():
+        means = [sum(p["per_call"].get(i, 0) for i in indices) / len(indices) / 1e3
+                 for p in passes if p and all(i in p["per_call"] for i in indices)]
+        row: Dict[str, Any] = {"comm_us": round(median(means), 3) if means else None}
+        known = [originals[i] for i in indices if originals[i] is not None]
+        if len(known) == len(indices):
+            row["original_comm_us"] = round(sum(known) / len(known), 3)
+        configs[key] = row
+    totals = [sum(p["per_call"].values()) / 1e6 for p in passes if p]
+    exposed = [p["exposed_ns"] / 1e6 for p in passes if p]
+    original = [c for c in originals if c is not None]
+    return {"collectives": configs, "communication": {
+        "calls": sum(len(v) for v in per_config.values()),
+        "comm_ms": round(median(totals), 4) if totals else None,
+        "exposed_ms": round(median(exposed), 4) if exposed else None,
+        "original_comm_ms": round(sum(original) / 1e3, 4) if original else None,
+        "how": "per call-timed step: each collective from its issue until its work completed "
+               "(the work's future), the exposed part the time spent waiting on them (and "
+               "synchronous collectives whole); medians over the call-timed steps"}}
+
+
 def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, Any]:
     """What the step record says besides its times: the replay's dataflow and failures, each
     config's in-step time per call (and page faults), the host gaps kept."""
@@ -244,6 +305,7 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
     # system calls would otherwise sit between the timed calls).
     faults = replay.count_faults(FAULT_PASSES) if host else None
     originals = [entry.get("faults") for entry in replay.step["calls"]]
+    original_us = [entry.get("original_us") for entry in replay.step["calls"]]
     configs = {}
     for key, indices in per_config.items():
         per_pass = [sum(times[i] for i in indices) / len(indices) / 1e3 for times in passes]
@@ -254,6 +316,9 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
         known = [originals[i] for i in indices if originals[i] is not None]
         if len(known) == len(indices):
             configs[key]["original_faults"] = round(sum(known) / len(known), 1)
+        times = [original_us[i] for i in indices if original_us[i] is not None]
+        if len(times) == len(indices):  # the ledger's original where the run has no record
+            configs[key]["original_us"] = round(sum(times) / len(times), 3)
     failed = [{"call": i, "run": c.run_key, "error": c.failed}
               for i, c in enumerate(replay.calls) if c.failed is not None]
     out = {"calls": len(replay.calls), "replayed_calls": len(replay.calls) - len(failed),
@@ -273,7 +338,7 @@ def details(replay, passes: List[List[int]], protocol: Protocol) -> Dict[str, An
     graphs = graph_details(replay)
     if graphs:
         out["graphs"] = graphs
-    for key in ("real_step_us", "original"):
+    for key in ("real_step_us", "original", "rank", "world_size"):
         if replay.step.get(key) is not None:
             out[key] = replay.step[key]
     return out

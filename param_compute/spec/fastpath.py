@@ -32,7 +32,7 @@ CONFIG_ENTRY_KEYS = frozenset(SECTIONS + ("target",))
 ARG_SPEC_LIST_KEYS = frozenset(("args", "kwargs", "count", "original_us"))
 _TARGET_KEYS = frozenset(("metric", "value", "pass"))
 _TARGET_METRICS = frozenset(("latency_ms", "tflops", "gbps", "flops_util", "bw_util"))
-_ORIGINAL_US_KEYS = frozenset(("cpu", "device"))
+_ORIGINAL_US_KEYS = frozenset(("cpu", "device", "comm"))
 #: Levels of genericlist/tuple nesting checked here (deeper ones take the full checks).
 _MAX_NESTED = 8
 _DEVICE_KINDS = frozenset(("cpu", "cuda", "meta", "mps", "xpu"))

@@ -32,6 +32,8 @@ class BenchmarkSpec:
     warnings: Tuple[str, ...] = ()
     #: A captured spec's ``__capture__`` settings (``spec.reserved``), or None.
     capture: Optional[Dict[str, Any]] = None
+    #: A job's ``__process_groups__`` (``spec.job``), or None.
+    process_groups: Optional[Dict[str, Any]] = None
     #: A captured spec's compiled graphs (``__graphs__``, ``spec.graphs``): name -> graph.
     graphs: Optional[Dict[str, Any]] = None
 

@@ -1,5 +1,8 @@
 """Top-level spec keys that are not operators: what they may hold, checked.
 
+``__process_groups__`` (a job's process groups, written by a multi-rank capture) is
+``spec.job``'s; ``__capture__`` is described here.
+
 ``__capture__`` (written by ``python -m param_compute.capture``): the settings the captured
 workload ran with, so a replay can say when it runs otherwise (``run_benchmark`` warns) or follow
 them (``--match-capture``): ``{"device": "cpu" | "cuda" | "cuda:N", "num_threads": N | null,
@@ -17,11 +20,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.spec.graphs import GRAPHS_KEY, section_problems
+from param_compute.spec.job import PROCESS_GROUPS_KEY, process_groups_problems
 
 CAPTURE_KEY = "__capture__"
 #: ``__graphs__``: a captured step's compiled graphs, replayed by ``graph::NAME`` operators
-#: (``spec.graphs``).
-RESERVED_KEYS = frozenset({CAPTURE_KEY, GRAPHS_KEY})
+#: (``spec.graphs``); ``__process_groups__``: a job's process groups (``spec.job``).
+RESERVED_KEYS = frozenset({CAPTURE_KEY, GRAPHS_KEY, PROCESS_GROUPS_KEY})
 CAPTURE_FIELDS = ("device", "num_threads", "source", "allocator")
 #: At most this many threads is a believable recorded setting.
 MAX_RECORDED_THREADS = 1 << 16
@@ -60,6 +64,8 @@ def reserved_problems(key: str, value: Any) -> List[Tuple[tuple, str, Optional[s
     """(path under the key, message, hint) for each problem of reserved key ``key``'s value."""
     if key == GRAPHS_KEY:
         return [(path[1:], message, hint) for path, message, hint in section_problems(value)]
+    if key == PROCESS_GROUPS_KEY:
+        return process_groups_problems(value)
     return capture_problems(value)
 
 

@@ -27,6 +27,7 @@ from param_compute.spec.macros import (DEFAULT_ITERATOR, DUMMY_ITERATOR, MISREAD
 from param_compute.spec.model import (DEFAULT_DATA_GENERATOR, AtenSchemaChecker, BenchmarkSpec,
                                       GraphChecker, OperatorSpec, Resolution, Resolver)
 from param_compute.spec.graphs import GRAPHS_KEY, graph_input_problems, graph_name, graphs_of
+from param_compute.spec.job import process_groups, rank_entry_problems
 from param_compute.spec.reserved import RESERVED_KEYS, capture_settings, reserved_problems
 from param_compute.spec.schema import data_spec_schema_problems, schema_problems
 from param_compute.spec.walker import asl_data_specs
@@ -53,6 +54,7 @@ class SpecValidator(DataSpecChecks):
         self.problems: List[Problem] = []
         self.warnings: List[str] = []
         self._plain: Any = frozenset()  # ids of the arg-spec-lists proved problem-free
+        self._world: Optional[Dict[str, Any]] = None  # a job's __process_groups__
         self._aten_checked: Dict[Tuple[str, str], Optional[str]] = {}
         #: (key, plugins reading there) -> JSON paths: unknown keys accepted for such plugins.
         self._undeclared: Dict[Tuple[str, Tuple[str, ...]], List[tuple]] = {}
@@ -80,6 +82,7 @@ class SpecValidator(DataSpecChecks):
         if value_problems:
             raise SpecError(self.source, value_problems)
         self._plain = scan.plain if scan is not None else frozenset()
+        self._world = process_groups(raw)
         self._proved_configs = scan.proved_configs if scan is not None else frozenset()
         operators = []
         try:
@@ -115,7 +118,8 @@ class SpecValidator(DataSpecChecks):
         for warning in self.warnings:
             log.warning("%s: %s", self.source, warning)
         return BenchmarkSpec(self.source, tuple(operators), tuple(self.warnings),
-                             capture_settings(raw), self._graphs or None)
+                             capture_settings(raw), process_groups(raw),
+                             self._graphs or None)
 
     def _check_graphs(self) -> None:
         """What the graphs' form cannot say (``check_graph``, with torch): each node's operator
@@ -284,6 +288,23 @@ class SpecValidator(DataSpecChecks):
             if message:
                 self.problem(path + ("build", index, "args", 0, "value"), message)
 
+    def _check_ranks(self, ranks: Any, path, section: "_Section") -> None:
+        world = (self._world or {}).get("world_size")
+        for where, message, hint in rank_entry_problems(ranks, world if isinstance(
+                world, int) else None):
+            self.problem(path + where, message, hint)
+        for rank, entry in (ranks.items() if isinstance(ranks, dict) else ()):
+            if not isinstance(entry, dict):
+                continue
+            for index, spec in enumerate(entry["args"] if isinstance(entry.get("args"), list)
+                                         else ()):
+                self._check_data_spec(spec, path + (rank, "args", index), section,
+                                      copy_allowed=False)
+            for key, spec in (entry.get("kwargs") or {}).items() \
+                    if isinstance(entry.get("kwargs"), dict) else ():
+                self._check_data_spec(spec, path + (rank, "kwargs", key), section,
+                                      copy_allowed=False)
+
     # -- arg level --------------------------------------------------------------------------
     def _check_arg_spec_list(self, asl: Dict[str, Any], path, section: _Section) -> None:
         known_problems = len(self.problems)
@@ -293,6 +314,8 @@ class SpecValidator(DataSpecChecks):
             self._check_data_spec(spec, path + ("args", index), section, copy_allowed=True)
         for key, spec in (asl.get("kwargs") or {}).items():
             self._check_data_spec(spec, path + ("kwargs", key), section, copy_allowed=True)
+        if "ranks" in asl:  # a job's per-rank counts and arguments (spec.job)
+            self._check_ranks(asl["ranks"], path + ("ranks",), section)
         if section.expands_macros and len(self.problems) == known_problems:
             count = 1
             for where, length in variant_axes(asl, path):

@@ -29,6 +29,25 @@ Format (``version`` 1)::
      "tail_gap_us": 35.0,                 # optional: host time after the last call (shape)
      "original": {...}}                   # optional: the original's totals (capture report)
 
+Version 2 is a job's (``spec.job``: one step per rank, written by a multi-rank capture, or by a
+capture with collectives)::
+
+    {"format": "param_compute.step", "version": 2, "spec": "JOB.json", "source": "...",
+     "spec_sha256": "...", "world_size": 2,
+     "ranks": [{"rank": 0, "externals": E, "calls": [...], "real_step_us": ..., ...}, ...]}
+
+Each rank's entry holds a version-1 body (its calls, externals, times and host gaps: the rank
+replays its own, ``rank_step``), one per rank of the world. Its calls may also say
+
+* ``"waits": [CALL, ...]``: earlier calls (async collectives) whose work is waited right
+  before this call, where the original waited it (work never waited is waited at the step's
+  end);
+* ``"comm_us": 812.0``: a collective call's communication time in the original (from its
+  issue to its backend span's end: gloo's thread, or NCCL's kernel), beside ``original_us``
+  (the call on the host).
+
+A version-1 file is read as rank 0 of a world of one.
+
 ``PATH`` names a tensor among a call's arguments: ``[i]`` (positional ``i``), ``[i, j]`` (item
 ``j`` of the list at ``i``), ``["name"]`` / ``["name", j]`` for keyword arguments. ``OUT`` names
 one of a call's outputs: ``[k]`` (output ``k``; a single returned tensor is output 0) or
@@ -62,6 +81,11 @@ from param_compute.spec.wording import short
 
 FORMAT = "param_compute.step"
 VERSION = 1
+#: A job's step file: one body per rank.
+JOB_VERSION = 2
+VERSIONS = (VERSION, JOB_VERSION)
+#: The most ranks a step file may hold.
+MAX_RANKS = 1 << 16
 #: Bounds on an untrusted step file.
 MAX_STEP_BYTES = 256 * 2**20
 MAX_CALLS = 5_000_000
@@ -102,7 +126,7 @@ def step_path(spec_path: Path) -> Path:
 
 def write_step_file(path: Path, data: Dict[str, Any]) -> Path:
     path = Path(path)
-    body = {"format": FORMAT, "version": VERSION, **data}
+    body = {"format": FORMAT, "version": JOB_VERSION if "ranks" in data else VERSION, **data}
     write_new(path, json.dumps(body, separators=(",", ":")) + "\n")
     return path
 
@@ -183,9 +207,64 @@ def validate_step(data: Any) -> List[Problem]:
     problems: List[Problem] = []
     if data.get("format") != FORMAT:
         problems.append(Problem(("format",), f"must be {FORMAT!r}"))
-    if data.get("version") != VERSION:
-        problems.append(Problem(("version",), f"unsupported version {data.get('version')!r} "
-                                f"(this param_compute reads version {VERSION})"))
+    if data.get("version") not in VERSIONS:
+        problems.append(Problem(("version",), f"unsupported version {short(data.get('version'))}"
+                                f" (this param_compute reads versions "
+                                f"{', '.join(map(str, VERSIONS))})"))
+        return problems
+    if data.get("version") == JOB_VERSION:
+        return problems + _job_problems(data)
+    return problems + _body_problems(data)
+
+
+def _job_problems(data: Dict[str, Any]) -> List[Problem]:
+    """A version-2 file: ``world_size`` and one version-1 body per rank."""
+    world = data.get("world_size")
+    if not (_is_index(world, MAX_RANKS + 1) and world >= 1):
+        return [Problem(("world_size",), f"must be the job's number of ranks, 1 to "
+                                         f"{MAX_RANKS}")]
+    ranks = data.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != world:
+        return [Problem(("ranks",), f"must be a list of {world} steps, one per rank")]
+    problems: List[Problem] = _provenance_problems(data)
+    seen = set()
+    for index, body in enumerate(ranks):
+        if not isinstance(body, dict):
+            problems.append(Problem(("ranks", index), "a rank's step must be an object"))
+            continue
+        rank = body.get("rank")
+        if not _is_index(rank, world) or rank in seen:
+            problems.append(Problem(("ranks", index, "rank"), f"must be a rank from 0 to "
+                                    f"{world - 1}, each once"))
+        seen.add(rank)
+        problems.extend(Problem(("ranks", index) + p.path, p.message, p.hint)
+                        for p in _body_problems(body))
+        if len(problems) > 100:
+            break
+    return problems
+
+
+def rank_step(data: Dict[str, Any], rank: int) -> Dict[str, Any]:
+    """The step ``rank`` replays, in version 1's form (``world_size`` and ``rank`` beside):
+    a version-2 file's entry for that rank, or a version-1 file as rank 0 of one."""
+    if data.get("version") != JOB_VERSION:
+        if rank != 0:
+            raise StepFileError(str(data.get("spec", "step file")), [Problem(
+                (), f"a version-1 step file is one rank's step: rank {rank} has none")])
+        return {**data, "world_size": 1, "rank": 0}
+    for body in data["ranks"]:
+        if body.get("rank") == rank:
+            provenance = {key: data[key] for key in ("spec", "spec_sha256") if key in data}
+            return {"format": FORMAT, "version": VERSION, **provenance,
+                    "source": body.get("source", data.get("source")),
+                    "world_size": data["world_size"], **body}
+    raise StepFileError(str(data.get("spec", "step file")), [Problem(
+        ("ranks",), f"no step for rank {rank}")])
+
+
+def _body_problems(data: Dict[str, Any]) -> List[Problem]:
+    """Every problem of one rank's step (a version-1 file's whole content)."""
+    problems: List[Problem] = []
     externals = data.get("externals", 0)
     if not _is_index(externals, MAX_INDEX):
         problems.append(Problem(("externals",), "must be an integer >= 0"))
@@ -287,9 +366,15 @@ def _call_problems(call: Any, index: int, externals: int, count: int) -> List[Pr
     run = call.get("run")
     if not isinstance(run, str) or run.count("|") != 3 or len(run) > 1024:
         out.append(Problem(where + ("run",), "must be a run key OP|CONFIG|BUILD|INPUT"))
-    for key in ("original_us", "faults", "gap_us"):
+    for key in ("original_us", "faults", "gap_us", "comm_us"):
         if key in call and not _number(call[key]):
             out.append(Problem(where + (key,), "must be a finite number >= 0 (at most 1e15)"))
+    if "waits" in call:
+        waits = call["waits"]
+        if not isinstance(waits, list) or len(waits) > MAX_EDGES_PER_CALL or not all(
+                _is_index(w, index) for w in waits):
+            out.append(Problem(where + ("waits",), f"must be a list of earlier calls (0 to "
+                               f"{index - 1}) whose work is waited here"))
     if "hold" in call:
         out.extend(_hold_problems(call["hold"], where + ("hold",), index, count))
     for field in ("in", "ext"):

@@ -31,6 +31,40 @@ from param_compute.capture.step.dataflow import StepRecorder, TensorSlot
 from param_compute.capture.values import live_spec
 from param_compute.capture.workload import CapturedWorkload
 from param_compute.process.allocator import allocator_settings
+from param_compute.capture.collectives import collective_call, replay_path
+from param_compute.capture.trace.comms import DEFAULT_GROUP
+from param_compute.operators.collectives import kind_of
+
+
+def _group_name(value: Any) -> Optional[str]:
+    """The name torch gives the process group a ``c10d::`` call was handed (a boxed
+    ``ProcessGroup``), or None for another object (a reduction)."""
+    try:
+        group = torch._C._distributed_c10d.ProcessGroup.unbox(value)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    name = getattr(group, "group_name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def live_distributed() -> Optional[Dict[str, Any]]:
+    """The job this process is a rank of, as ``capture.trace.comms`` reads a trace's: rank,
+    world size, backend and every process group by name; None outside a job."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    c10d = dist.distributed_c10d
+    groups = {}
+    for group, name in list(c10d._world.pg_names.items()):
+        try:
+            groups[name] = {"ranks": sorted(dist.get_process_group_ranks(group)),
+                            "backend": str(dist.get_backend(group)),
+                            "desc": str(getattr(group, "group_desc", ""))}
+        except (RuntimeError, ValueError):
+            continue
+    return {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+            "backend": str(dist.get_backend()), "groups": groups}
 
 
 def _keys(tensor: torch.Tensor):
@@ -109,12 +143,21 @@ class LiveCapture(TorchDispatchMode):
         if self._inside:  # a compiled region's own call (an extern kernel): part of it
             return func(*args, **kwargs)
         original, faults, gap = self._original(str(func))
-        config = self._record(func, args, kwargs, original)
+        collective: Dict[str, Any] = {}
+        if str(func).startswith("c10d.") and kind_of(func._schema.name) is not None:
+            config = self._record_collective(func, args, kwargs, original, collective)
+        else:
+            config = self._record(func, args, kwargs, original)
         try:
             inputs = tensor_slots(args) + tensor_slots(list(kwargs.values()), list(kwargs))
+            if collective:  # at their places in the replayed call
+                inputs = [(replay_path(collective["base"], path), exact, layout)
+                          for path, exact, layout in inputs]
+                inputs = [slot for slot in inputs if slot[0]]
         except Exception:  # the dataflow is a record, never a reason to fail the model
             inputs = []
-        return self._call(config, inputs, lambda: func(*args, **kwargs), original, faults, gap)
+        return self._call(config, inputs, lambda: func(*args, **kwargs), original, faults, gap,
+                          asynchronous=bool(collective.get("async")))
 
     def region_call(self, record, inputs: List[Any], run):
         """A compiled region's call (``capture.live.compiled.RegionCall``): one call of its
@@ -155,10 +198,11 @@ class LiveCapture(TorchDispatchMode):
         return None
 
     def _call(self, config, inputs, call, original, faults, gap, several: bool = False,
-              same=frozenset()):
+              same=frozenset(), asynchronous: bool = False):
         """Run one call and record it in the step: its config (None: not captured), its
         tensor inputs and outputs (but those laid out as an input of ``same``: the input
-        itself, returned), its original time, faults and host gap."""
+        itself, returned), its original time, faults and host gap (``asynchronous``: an async
+        collective, its work waited later)."""
         gap_us = None
         if gap is not None:
             if config is None:  # its host time is the next captured call's gap
@@ -174,7 +218,8 @@ class LiveCapture(TorchDispatchMode):
         if same:
             outputs = [slot for slot in outputs if slot[2] not in same]
         self.workload.step.call(config, inputs, outputs,
-                                original[0] if original is not None else None, faults, gap_us)
+                                original[0] if original is not None else None, faults, gap_us,
+                                asynchronous=asynchronous)
         if config is not None:
             try:
                 self._watch(out)
@@ -233,6 +278,38 @@ class LiveCapture(TorchDispatchMode):
         time = kth(self.originals)
         return ((time, None) if time is not None else None, kth(self.original_faults),
                 kth(self.original_gaps))
+
+    def _record_collective(self, func, args, kwargs: Dict[str, Any], original,
+                           collective: Dict[str, Any]):
+        """A ``c10d::`` call captured as a collective (``capture.collectives``) on the group
+        it was given (its name, as torch knows it)."""
+        schema = func._schema
+        base = schema.name.split("::", 1)[1]
+        label = f"c10d::{base}"
+        named: Dict[str, Any] = {}
+        group = DEFAULT_GROUP
+        try:
+            for argument, value in zip(schema.arguments, list(args)):
+                named[argument.name] = value
+            named.update(kwargs)
+            specs: Dict[str, Any] = {}
+            for name, value in named.items():
+                if isinstance(value, torch.ScriptObject):
+                    found = _group_name(value)
+                    if found is not None:
+                        group = found
+                    continue
+                specs[name] = live_spec(value)
+            call_args, call_kwargs = collective_call(base, specs, group)
+        except Exception as exc:  # recording never breaks the model it watches
+            reason = str(exc) if isinstance(exc, Unreplayable) else \
+                f"capture failed: {type(exc).__name__}: {exc}"
+            self.workload.skip(label, reason, kind="collective", original=original)
+            return None
+        self.workload.add_collective(label, call_args, call_kwargs, original)
+        collective.update({"async": bool(call_kwargs.get("async_op", {}).get("value")),
+                           "base": base})
+        return self.workload.last_config
 
     def _record(self, func, args, kwargs: Dict[str, Any], original=None):
         """Capture one call; the config it went into (None: not captured)."""

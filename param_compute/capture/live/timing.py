@@ -159,18 +159,34 @@ class CallTimer(TorchDispatchMode):
         return [(func, elapsed(*pair) * 1e6) for func, pair in self.calls]
 
 
+def _in_job() -> bool:
+    """Whether this process is a rank of a job of more than one (torch.distributed)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def time_step(function: Callable[[], object], repeats: int,
               host: Optional[List[float]] = None) -> List[float]:
     """The step's time in µs, ``repeats`` times, unprofiled: the one ``Measurer``
     (``measure.measurer``) with ``repeats`` discrete samples on the step's device (on CUDA,
     events and a synchronize before each). ``host``, when given, gets each step's host time
-    (to the function's return: on the host the same as the step's)."""
+    (to the function's return: on the host the same as the step's). A rank of a job (a
+    process group made by the step's module) times its steps after a barrier each, as the
+    job's replay does (``measure.ranks``): ranks start each step together."""
     from param_compute.measure.measurer import Measurer
     from param_compute.measure.protocol import Protocol
 
     gc.collect()  # once, before: the step starts from a clean heap, as the replay's does
+    device = step_device()
+    if _in_job():
+        from param_compute.measure.ranks import ranked
+
+        device = ranked(device)
     result = Measurer(Protocol(warmup=0, iteration=repeats, keep_samples=max(1, repeats)),
-                      step_device(), num_threads=None).measure(function, name="step")
+                      device, num_threads=None).measure(function, name="step")
     if host is not None:
         host.extend(t * 1e3 for t in result.extra.get("measure.host_time", result.measure_ms))
     return [t * 1e3 for t in result.measure_ms]

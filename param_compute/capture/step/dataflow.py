@@ -10,6 +10,13 @@ backward pass is a new tensor object over the same memory); else it is an extern
 reads it. Calls that were not captured produce nothing a replay can feed: their outputs'
 keys are forgotten, so a consumer gets a generated tensor rather than a stale one.
 
+Async collectives: a collective issued asynchronously (``asynchronous``) is waited, in the
+replay, where the original waited it: where the trace records the wait (``waited``: NCCL's
+``record_param_comms`` ``wait``), else right before the first later call that reads or writes
+memory it touched (the same tensor or the same storage; a call not captured hands the wait on
+to the next captured call), else at the step's end. The step file says so in that
+call's ``waits``.
+
 A live capture also sees when each output was released (``released``): a gradient stored in
 ``.grad`` outlives the step and is freed by the next step's ``zero_grad``, long after its last
 reader. Where that is later than the output's last reader, the step file says so (``hold``),
@@ -27,6 +34,14 @@ from param_compute.spec.step_file import step_path, write_step_file
 OUTLIVES = -1
 #: (argument path, exact key, layout key) of one tensor input or output.
 TensorSlot = Tuple[List[Any], Hashable, Hashable]
+
+
+def _storage(layout: Hashable) -> Optional[Hashable]:
+    """The storage a layout key names (a trace's storage id, a live tensor's data pointer)."""
+    if isinstance(layout, tuple) and len(layout) > 1 and layout[0] == "L" \
+            and layout[1] is not None:
+        return ("S", layout[1])
+    return None
 
 
 class StepRecorder:
@@ -48,14 +63,49 @@ class StepRecorder:
         #: (call, output path) -> the call after which it was released; absent: not seen
         #: released (a trace), ``OUTLIVES``: still alive when the capture ended.
         self.releases: Dict[Tuple[int, Tuple[int, ...]], int] = {}
+        #: Memory (tensor, storage) an async collective still owns -> its call; the waits a
+        #: call not captured handed on to the next captured one.
+        self._in_flight: Dict[Hashable, int] = {}
+        self._handed: List[int] = []
+        #: An async collective's sequence number (a trace's ``record_param_comms``) -> its call.
+        self._by_seq: Dict[int, int] = {}
+
+    def waited(self, seq: int) -> None:
+        """The trace records that the collective numbered ``seq`` was waited here: the next
+        captured call waits it."""
+        index = self._by_seq.pop(seq, None)
+        if index is None:
+            return
+        self._in_flight = {k: v for k, v in self._in_flight.items() if v != index}
+        self._handed.append(index)
+
+    def _waits(self, slots: Sequence[TensorSlot]) -> List[int]:
+        """The async collectives whose memory these tensors touch: waited now."""
+        if not self._in_flight:
+            return []
+        found = set()
+        for _, exact, layout in slots:
+            for key in (exact, layout, _storage(layout)):
+                if key is not None and key in self._in_flight:
+                    found.add(self._in_flight[key])
+        if found:
+            self._in_flight = {k: v for k, v in self._in_flight.items() if v not in found}
+        return sorted(found)
 
     def call(self, config: Optional[Tuple[str, str, str]], inputs: Sequence[TensorSlot],
              outputs: Sequence[TensorSlot], original_us: Optional[float] = None,
-             faults: Optional[float] = None, gap_us: Optional[float] = None) -> None:
+             faults: Optional[float] = None, gap_us: Optional[float] = None,
+             asynchronous: bool = False, comm_us: Optional[float] = None,
+             seq: Optional[int] = None) -> None:
         """One call of the step, in order; ``config`` is None for a call not captured;
         ``original_us`` and ``faults``: its time and minor page faults in the original,
-        ``gap_us`` the host time before it that no captured call took (its shape)."""
+        ``gap_us`` the host time before it that no captured call took (its shape);
+        ``asynchronous``: an async collective (its work waited later, ``waits``), and
+        ``comm_us`` a collective's communication time in the original, ``seq`` its sequence
+        number where the trace gives one (``waited``)."""
+        waits = self._waits(list(inputs) + list(outputs))
         if config is None:
+            self._handed.extend(waits)
             for _, exact, layout in outputs:
                 self._produced.pop(exact, None)
                 self._produced.pop(layout, None)
@@ -80,6 +130,19 @@ class StepRecorder:
             self._external.pop(exact, None)
             self._external.pop(layout, None)
         entry: Dict[str, Any] = {"config": config, "in": fed, "ext": ext}
+        waits = sorted(set(waits + self._handed))
+        self._handed = []
+        if waits:
+            entry["waits"] = waits
+        if comm_us is not None:
+            entry["comm_us"] = round(float(comm_us), 3)
+        if asynchronous:  # its memory is the collective's until waited
+            if seq is not None:
+                self._by_seq[seq] = index
+            for _, exact, layout in list(inputs) + list(outputs):
+                for key in (exact, layout, _storage(layout)):
+                    if key is not None:
+                        self._in_flight[key] = index
         if original_us is not None:
             entry["original_us"] = round(float(original_us), 3)
         if faults is not None:
@@ -108,23 +171,25 @@ class StepRecorder:
                 holds.setdefault(producer, []).append([list(out), until])
         return holds
 
-    def to_json(self, run_keys: Dict[Tuple[str, str, str], str], spec_name: str,
-                source: str, original: Optional[Dict[str, Any]] = None,
+    def to_json(self, run_keys: Any, spec_name: str, source: str,
+                original: Optional[Dict[str, Any]] = None,
                 spec_sha256: Optional[str] = None) -> Dict[str, Any]:
-        """The step file's body; ``run_keys`` maps each call's config to its run key;
+        """The step file's body; ``run_keys`` maps each call's config to its run key (or is
+        a function of the call's index and config: a job's collectives, ``capture.job``);
         ``spec_name`` and ``spec_sha256`` name the spec written with it (its file's name and
         the sha256 of its bytes), so that a replay can tell a foreign or stale step file."""
         calls = []
         holds = self._holds()
+        key_of = run_keys if callable(run_keys) else (lambda _, config: run_keys[config])
         for index, entry in enumerate(self.calls):
-            call = {"run": run_keys[entry["config"]]}
+            call = {"run": key_of(index, entry["config"])}
             if index in holds:
                 call["hold"] = holds[index]
             if entry["in"]:
                 call["in"] = entry["in"]
             if entry["ext"]:
                 call["ext"] = entry["ext"]
-            for key in ("original_us", "faults", "gap_us"):
+            for key in ("original_us", "faults", "gap_us", "waits", "comm_us"):
                 if key in entry:
                     call[key] = entry[key]
             calls.append(call)

@@ -45,4 +45,10 @@ def step_original(workload) -> Optional[Dict[str, Any]]:
                                for op, calls in calls_by_op.items()]
     if getattr(workload, "values_unknown", None):
         out["values_unknown"] = workload.values_unknown_json()
+    comm = workload.communication_us()
+    if comm["calls"]:  # a job's rank: its collectives' time, and what compute did not hide
+        exposed = (workload.distributed or {}).get("exposed_us")
+        out["communication"] = {"calls": comm["calls"], "timed_calls": comm["timed_calls"],
+                                "comm_us": comm["comm_us"] if comm["timed_calls"] else None,
+                                **({"exposed_us": exposed} if exposed is not None else {})}
     return out

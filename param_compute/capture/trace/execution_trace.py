@@ -18,6 +18,7 @@ is joined (``kineto``), to the workload.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute import untrusted_json
@@ -33,6 +34,11 @@ from param_compute.capture.values import (ET_DTYPES, INTEGER_SPEC_DTYPES, LAYOUT
 #: The value_profile of a state tensor ``--subnormal-state`` chose.
 ALL_SUBNORMAL = {"zeros": 0.0, "subnormal": 1.0}
 from param_compute.capture.workload import CapturedWorkload
+from param_compute.capture.collectives import collective_call
+from param_compute.capture.trace.comms import (DEFAULT_GROUP, backend_nodes, recorded_group,
+                                               recorded_seq, uncovered, wait_records)
+from param_compute.capture.trace.step import WAITED
+from param_compute.operators.collectives import kind_of
 from param_compute.spec.limits import INT_MAX, INT_MIN
 from param_compute.spec.wording import short
 
@@ -259,12 +265,15 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     from param_compute.capture.step.dataflow import StepRecorder
 
     workload.step = StepRecorder()
-    in_order = []  # (node, config or None, original CPU µs): the step's dataflow
+    comms = CollectiveSource(tree, taken, timing)
+    workload.distributed = comms.describe()
+    # (node, config or None, original CPU µs, a collective's {async, comm_us}): the dataflow
+    in_order = []
     for lost in dropped:
         original = timing.of(lost.node) if timing else None
         workload.skip(lost.node.get("name", "?"), lost.reason, kind=lost.kind,
                       original=original)
-        in_order.append((lost.node, None, None))
+        in_order.append((lost.node, None, None, None))
     from param_compute.capture.trace.value_blind import state_inputs
 
     blind = state_inputs(tree, taken)
@@ -278,9 +287,13 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
                                                for name, _ in entry["tensors"]})}
     for node in taken:
         original = timing.of(node) if timing else None
-        in_order.append((node, _add_node(workload, node, recovered, original,
-                                         blind.get(node["id"]), subnormal),
-                         original[0] if original else None))
+        collective: Dict[str, Any] = {}
+        config = _add_node(workload, node, recovered, original, comms, collective,
+                           blind.get(node["id"]), subnormal)
+        in_order.append((node, config, original[0] if original else None,
+                         collective or None))
+    for node, seq in wait_records(tree, window):  # where the original waited a collective
+        in_order.append((node, WAITED, None, {"wait": seq}))
     from param_compute.capture.trace.step import record_trace_step
 
     in_order.sort(key=lambda item: item[0]["id"] if isinstance(item[0]["id"], int) else 0)
@@ -289,7 +302,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
         from param_compute.capture.trace.kineto import host_timeline
 
         timeline, workload.kineto["host_gaps"] = host_timeline(
-            timing, [node for node, _, _ in in_order])
+            timing, [item[0] for item in in_order if item[1] is not WAITED])
     record_trace_step(workload.step, in_order, timeline)
     workload.carry_structure()
     if timeline is not None and not any(c.get("gap_us") is not None
@@ -320,13 +333,16 @@ def _compiled_regions(workload: CapturedWorkload, tree: TraceTree, window, timin
 
 
 def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, original,
+              comms: "CollectiveSource", collective: Dict[str, Any],
               state: Optional[Dict[str, Any]] = None, subnormal: Optional[set] = None):
-    """Capture one replay-level node; the config it went into (None: not captured).
-    ``state``: where it reads an optimizer's state (``value_blind.state_inputs``); with
-    ``subnormal`` (the state tensors ``--subnormal-state`` chose), those inputs made all
-    subnormal."""
+    """Capture one replay-level node; the config it went into (None: not captured). A
+    collective's async flag and communication time go into ``collective``. ``state``: where
+    it reads an optimizer's state (``value_blind.state_inputs``); with ``subnormal`` (the
+    state tensors ``--subnormal-state`` chose), those inputs made all subnormal."""
     label = op_label(node)
     namespace, _, base = label.partition("::")
+    if kind_of(label) is not None:
+        return _add_collective(workload, node, label, original, comms, collective)
     kind = op_kind(namespace, base.split(".", 1)[0])
     if kind is not None:
         workload.skip(label, kind_reason(kind, label), kind=kind, original=original)
@@ -352,6 +368,117 @@ def _add_node(workload: CapturedWorkload, node: Dict[str, Any], recovered, origi
     if state is not None:
         workload.note_values_unknown(workload.last_config[0], state["optimizer"],
                                      None if subnormal is None else given)
+    return workload.last_config
+
+
+class CollectiveSource:
+    """What a trace says of its collectives: each call's group (``comms.recorded_group``, else
+    the default), its backend's span (``comms.backend_nodes``) and its Kineto times, and the
+    job (Kineto's ``distributedInfo``)."""
+
+    def __init__(self, tree: TraceTree, taken: List[Dict[str, Any]], timing):
+        self.tree = tree
+        calls = [node for node in taken if kind_of(op_label(node)) is not None]
+        self.spans = backend_nodes(tree, calls) if calls else {}
+        self.timing = timing
+        self.info = getattr(timing, "distributed", None)
+        self.calls = len(calls)
+        self.assumed = 0  # calls whose group the trace does not name
+
+    def group(self, node: Dict[str, Any]) -> str:
+        name = recorded_group(self.tree, node)
+        if name is None:
+            self.assumed += 1
+            return DEFAULT_GROUP
+        return name
+
+    def comm_us(self, node: Dict[str, Any], original) -> Optional[float]:
+        """The call's communication time: its kernels' (a device trace), else, where the
+        Kineto join has them, from the call's issue to its backend span's end (the mean over
+        the occurrences): what a replay times, the call issued until its work completed.
+        Where the call's and its span's occurrences do not pair, the span alone."""
+        if original is not None and original[1]:
+            return original[1]
+        span = self.spans.get(node["id"])
+        if span is None or self.timing is None:
+            return None
+        matched = self.timing.matched
+        calls, spans = matched.get(node["id"]) or [], matched.get(span["id"]) or []
+        if calls and len(calls) == len(spans):
+            try:
+                issued = [max(0.0, float(s["ts"]) + float(s.get("dur", 0)) - float(c["ts"]))
+                          for c, s in zip(calls, spans)]
+            except (KeyError, TypeError, ValueError):
+                issued = []
+            if issued and all(math.isfinite(v) and v < 1e12 for v in issued):
+                return round(sum(issued) / len(issued), 3)
+        return self.timing.span_us(span)
+
+    def exposed_us(self) -> Optional[float]:
+        """The collectives' communication not hidden behind the rank's own calls: their
+        backend spans' union less the part covered by the spans of the top-level calls other
+        than the collectives' own (a collective's call, which issues it or waits in it, hides
+        nothing) (µs); where the Kineto trace holds several steps, the mean over them."""
+        if self.timing is None or not self.spans:
+            return None
+        matched = self.timing.matched
+        comm_events = [matched.get(span["id"]) or [] for span in self.spans.values()]
+        busy_events = [matched.get(node_id) or [] for node_id in self.timing.events
+                       if node_id not in self.spans]
+        steps = min((len(events) for events in comm_events if events), default=0)
+        if not steps:
+            return None
+
+        def interval(event):
+            return float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0))
+        per_step = [uncovered([interval(events[j]) for events in comm_events if len(events) > j],
+                              [interval(events[j]) for events in busy_events if len(events) > j])
+                    for j in range(steps)]
+        return round(sum(per_step) / steps, 1)
+
+    def describe(self) -> Optional[Dict[str, Any]]:
+        """The capture report's ``distributed``: the job as the trace has it."""
+        if not self.calls and self.info is None:
+            return None
+        out: Dict[str, Any] = {"collectives": self.calls,
+                               "backend_spans": len(self.spans)}
+        exposed = self.exposed_us()
+        if exposed is not None:
+            out["exposed_us"] = exposed
+        if self.info is not None:
+            out.update({"rank": self.info.rank, "world_size": self.info.world_size,
+                        "backend": self.info.backend, "groups": self.info.groups})
+        return out
+
+
+def _add_collective(workload: CapturedWorkload, node: Dict[str, Any], label: str, original,
+                    comms: CollectiveSource, collective: Dict[str, Any]):
+    """A ``c10d::`` call captured as a collective (``capture.collectives``)."""
+    base = label.split("::", 1)[1].split(".", 1)[0]
+    schema = attr(node, "op_schema")
+    try:
+        values, shapes, types, strides = _inputs(node)
+        named = {}
+        for index, arg in enumerate(schema_arguments(schema)):
+            if index >= len(values) or index >= len(types) or str(types[index]) == "Object":
+                continue
+            try:
+                named[arg.name] = trace_value_spec(types[index], values[index],
+                                                   _at(shapes, index), _at(strides, index), arg)
+            except Unreplayable:
+                continue  # an argument the collective does not need (reduce op, group)
+        args, kwargs = collective_call(base, named, comms.group(node))
+    except Unreplayable as exc:
+        workload.skip(label, str(exc), kind=exc.kind, original=original)
+        return None
+    except Exception as exc:  # one odd node must not end the conversion
+        workload.skip(label, f"unreadable collective: {type(exc).__name__}: {exc}",
+                      kind="unreadable", original=original)
+        return None
+    comm = comms.comm_us(node, original)
+    workload.add_collective(label, args, kwargs, original, comm)
+    collective.update({"async": bool(kwargs.get("async_op", {}).get("value")), "comm_us": comm,
+                       "base": base, "seq": recorded_seq(comms.tree, node)})
     return workload.last_config
 
 

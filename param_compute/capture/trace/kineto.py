@@ -32,11 +32,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from param_compute.spec.step_file import MAX_HOST_STEP_US, MAX_NUMBER
 from param_compute.capture.trace.check import check_kineto_trace
+from param_compute.capture.trace.comms import distributed_info
 from param_compute.capture.trace.files import read_kineto_trace
 from param_compute.capture.trace.walk import Steps, TraceTree, attr
 from param_compute.spec.reserved import recorded_threads
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Where record-function ids join fewer of the operator calls than this, the Kineto trace is of
+#: other steps (recorded apart from the execution trace): the join goes by name.
+RF_JOINED = 0.5
 CPU_CATEGORIES = ("cpu_op", "user_annotation")
 
 
@@ -54,6 +58,11 @@ class KinetoJoin:
         self.window_name: Optional[str] = None  # the ProfilerStep#N looked for
         self.cpu: List[Dict[str, Any]] = []
         self.cost = None
+        #: The job as the trace describes it (``comms.distributed_info``), or None.
+        self.distributed = None
+        self._by_rf: Optional[Dict[Any, Dict[str, Any]]] = None
+        #: node id -> its Kineto events (every node of the trace the join met)
+        self.matched: Dict[Any, List[Dict[str, Any]]] = {}
         #: Every Kineto event joined to a call, and each device kernel of the window with its
         #: launch (``capture.trace.compiled`` finds the compiled regions' own time with them).
         self.joined: List[Dict[str, Any]] = []
@@ -61,6 +70,35 @@ class KinetoJoin:
 
     def of(self, node: Dict[str, Any]) -> Optional[Tuple[Optional[float], Optional[float]]]:
         return self.times.get(node["id"])
+
+    def span_us(self, node: Dict[str, Any]) -> Optional[float]:
+        """The recorded duration (µs) of any node's Kineto event: a collective backend's span
+        on its own thread (the mean over its occurrences where the join went by name)."""
+        events = self.matched.get(node.get("id")) or []
+        if not events:
+            event = self.event_of(node)
+            events = [event] if event is not None else []
+        durations = [float(e.get("dur", 0)) for e in events]
+        if not durations or not all(_sane(d) for d in durations):
+            return None
+        return round(sum(durations) / len(durations), 3)
+
+    def event_of(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Any node's Kineto event: joined to it, else by record-function id (the names
+        agreeing)."""
+        joined = self.matched.get(node.get("id"))
+        if joined:
+            return joined[0]
+        if self._by_rf is None:
+            self._by_rf = {}
+            for event in self.cpu:
+                rf = (event.get("args") or {}).get("Record function id")
+                if rf is not None:
+                    self._by_rf.setdefault(rf, event)
+        event = self._by_rf.get(attr(node, "rf_id"))
+        if event is None or event.get("name") != node.get("name"):
+            return None
+        return event
 
 
 def _events(trace: Dict[str, Any], window: Optional[Tuple[float, float]]):
@@ -126,7 +164,10 @@ def _match(tree: TraceTree, cpu: List[Dict[str, Any]], window_ids: Optional[set]
             event = by_rf.get(attr(node, "rf_id"))
             if event is not None and event.get("name") == node.get("name"):
                 out[node["id"]] = [event]
-        return out, "record function id"
+        if len(out) >= RF_JOINED * max(1, sum(1 for n in nodes if attr(n, "op_schema"))):
+            return out, "record function id"
+        # ids that do not meet: the Kineto trace recorded other steps of the same work (a
+        # profile without the execution-trace observer's cost): joined by name instead
     with_dims = any("Input Dims" in (e.get("args") or {}) for e in cpu)
     kineto_by_key: Dict[Any, List[Dict[str, Any]]] = defaultdict(list)
     for event in cpu:
@@ -247,8 +288,10 @@ def join_kineto(kineto, tree: TraceTree, nodes: List[Dict[str, Any]],
     if threads is not None:
         summary["num_threads"] = threads
     join = KinetoJoin(times, summary)
+    join.distributed = distributed_info(kineto, source or "Kineto trace")
     join.events = {node_id: matched[node_id][0] for node_id in wanted if matched.get(node_id)}
     join.window_event, join.cpu, join.cost = window_event, cpu, cost
+    join.matched = matched
     join.joined = [event for node_id in wanted for event in matched.get(node_id, [])]
     join.device_kernels = kernels
     if steps is not None and steps.selected:

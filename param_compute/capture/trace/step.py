@@ -13,6 +13,10 @@ from __future__ import annotations
 from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 from param_compute.capture.schema_args import schema_arguments
+from param_compute.capture.collectives import replay_path
+
+#: ``record_trace_step``'s config for a trace's record of where a collective was waited.
+WAITED = object()
 from param_compute.capture.step.dataflow import StepRecorder, TensorSlot
 from param_compute.capture.trace.walk import attr
 from param_compute.capture.values import split_types
@@ -90,19 +94,27 @@ def node_slots(node: Dict[str, Any]) -> Tuple[List[TensorSlot], List[TensorSlot]
     return inputs, outputs
 
 
-def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Dict[str, Any], Any,
-                                                                   Optional[float]]],
+def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Any, ...]],
                       timeline: Any = None) -> None:
-    """Feed ``(node, config or None, original CPU µs)`` in the step's order to ``recorder``;
+    """Feed ``(node, config or None, original CPU µs, a collective's {async, comm_us, base}
+    or None)`` in the step's order to ``recorder`` (a collective's inputs at their places in
+    the replayed call, ``capture.collectives.replay_path``);
     with ``timeline`` (``kineto.HostTimeline``) each captured call's host gap too, and the
     step's host time: as in a live capture, a call not captured adds its gap and its own host
     time to the next captured call's gap (or, after the last, to the tail)."""
     pending = 0.0
-    for node, config, original in calls:
+    for node, config, original, collective in calls:
+        if config is WAITED:  # the trace's record of a collective's work waited here
+            recorder.waited(collective["wait"])
+            continue
         try:
             inputs, outputs = node_slots(node)
         except Exception:  # an odd node's dataflow is not worth ending the capture
             inputs, outputs = [], []
+        if collective:
+            moved = [(replay_path(collective["base"], path), exact, layout)
+                     for path, exact, layout in inputs]
+            inputs = [(path, exact, layout) for path, exact, layout in moved if path]
         host = timeline.of(node) if timeline is not None else None
         gap = None
         if host is not None:
@@ -110,7 +122,10 @@ def record_trace_step(recorder: StepRecorder, calls: Sequence[Tuple[Dict[str, An
                 pending += host[0] + host[1]
             else:
                 gap, pending = pending + host[0], 0.0
-        recorder.call(config, inputs, outputs, original, gap_us=gap)
+        recorder.call(config, inputs, outputs, original, gap_us=gap,
+                      asynchronous=bool(collective and collective["async"]),
+                      comm_us=collective["comm_us"] if collective else None,
+                      seq=collective.get("seq") if collective else None)
     if timeline is not None:
         recorder.real_host_us = timeline.real_host_us
         recorder.real_host_from = "profiled"  # an upper bound: see ``kineto``
