@@ -190,8 +190,8 @@ def _problems(schema: str, args: List[Dict[str, Any]]) -> List[Tuple[str, bool]]
                                     "captured strided view", False))
                 if "value_profile" in item:
                     reasons.append((f"{arg.name}: PARAM fills floating tensors with ordinary "
-                                    "values, not the captured share of zeros and subnormals "
-                                    "(value_profile)", False))
+                                    "values in [0, 1), not the captured share of zeros, "
+                                    "subnormals and negatives (value_profile)", False))
             elif kind in ("float", "double") and isinstance(item.get("value"), str):
                 reasons.append((f"{arg.name}: PARAM cannot make the float {item['value']}",
                                 True))

@@ -1,8 +1,9 @@
-"""Floating tensors given a ``value_profile``: its zeros, all-zero rows and subnormals, drawn.
+"""Floating tensors given a ``value_profile``: its zeros, all-zero rows, subnormals and signs, drawn.
 
 What the profile means lives in ``spec.float_data``. Every draw comes from torch's global
 generator, which the engine seeds per run, so the same spec gives the same data each time; a
-profile without ``zero_rows`` draws exactly what it drew before that key existed.
+profile without ``zero_rows`` or ``negative`` draws exactly what it drew before those keys
+existed (the signs are one draw more, after the others).
 """
 
 from __future__ import annotations
@@ -26,19 +27,23 @@ def split_rows(profile: Dict[str, float], shape: Tuple[int, ...]) -> Tuple[int, 
     rows = shape[0]
     zeros, subnormal = profile.get("zeros", 0), profile.get("subnormal", 0)
     chosen = min(rows, int(round(profile.get(ZERO_ROWS, 0) * rows)))
+    negative = profile.get("negative", 0)
     if chosen == 0:
-        return 0, {"zeros": zeros, "subnormal": subnormal}
+        return 0, {"zeros": zeros, "subnormal": subnormal, "negative": negative}
     if chosen == rows:
         return rows, {}
     rest = 1 - chosen / rows
     zeros = min(max(zeros - chosen / rows, 0) / rest, 1)
-    return chosen, {"zeros": zeros, "subnormal": min(subnormal / rest, 1 - zeros)}
+    subnormal = min(subnormal / rest, 1 - zeros)
+    return chosen, {"zeros": zeros, "subnormal": subnormal,
+                    "negative": min(negative / rest, max(1 - zeros - subnormal, 0))}
 
 
 def with_profile(tensor: torch.Tensor, profile: Dict[str, float]) -> torch.Tensor:
     """``tensor`` (floating, contiguous) with each element made a zero with probability
     ``profile["zeros"]``, else a positive subnormal with probability ``profile["subnormal"]``,
-    from one draw of torch's global generator; none when both are 0. With ``zero_rows``
+    from one draw of torch's global generator; none when both are 0. The other elements are
+    negated with probability ``negative / (1 - zeros - subnormal)`` (a second draw). With ``zero_rows``
     (``tensor`` of 2 or more dims) that share of its rows is made all zero instead, at places
     drawn after the elements, and the elements of the other rows drawn as ``split_rows``
     says."""
@@ -70,13 +75,20 @@ def zero_rows_of_view(storage: torch.Tensor, view: torch.Tensor, chosen: int) ->
 
 def _elements(tensor: torch.Tensor, profile: Dict[str, float]) -> torch.Tensor:
     zeros, subnormal = profile.get("zeros", 0), profile.get("subnormal", 0)
-    if not (zeros > 0 or subnormal > 0):
-        return tensor
-    u = torch.rand(tensor.shape, device=tensor.device)
-    out = tensor.masked_fill(u < zeros, 0)
-    if subnormal > 0:  # tiny x [0.5, 1): subnormal and nonzero in every floating dtype
-        spread = ((u - zeros) / subnormal).clamp_(0, 1).to(tensor.dtype)
-        tiny = torch.finfo(tensor.dtype).tiny
-        chosen = (u >= zeros) & (u < zeros + subnormal)
-        out = torch.where(chosen, spread.mul_(0.5).add_(0.5).mul_(tiny), out)
+    out = tensor
+    if zeros > 0 or subnormal > 0:
+        u = torch.rand(tensor.shape, device=tensor.device)
+        out = tensor.masked_fill(u < zeros, 0)
+        if subnormal > 0:  # tiny x [0.5, 1): subnormal and nonzero in every floating dtype
+            spread = ((u - zeros) / subnormal).clamp_(0, 1).to(tensor.dtype)
+            tiny = torch.finfo(tensor.dtype).tiny
+            chosen = (u >= zeros) & (u < zeros + subnormal)
+            out = torch.where(chosen, spread.mul_(0.5).add_(0.5).mul_(tiny), out)
+    negative = profile.get("negative", 0)
+    ordinary = 1 - zeros - subnormal
+    if negative > 0 and ordinary > 0:  # zeros stay zeros; subnormals are never chosen
+        flip = torch.rand(tensor.shape, device=tensor.device) < min(negative / ordinary, 1.0)
+        if subnormal > 0:
+            flip &= out.abs() >= torch.finfo(tensor.dtype).tiny
+        out = torch.where(flip, -out, out)
     return out

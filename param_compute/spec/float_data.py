@@ -5,11 +5,15 @@ One optional key of a ``tensor`` data spec (floating dtypes only: ``float16``, `
 because some kernels' speed depends on it (a CPU ``sqrt`` over subnormals, or over randomly
 placed zeros, runs several times slower than over ordinary values):
 
-``value_profile``: ``{"zeros": Z, "subnormal": S}``, the fractions of exact zeros and of
-  subnormal values (nonzero, smaller in magnitude than the dtype's smallest normal number),
-  each in [0, 1], ``Z + S <= 1``, either key optional (0 when absent). The data generator
-  (``data.generator``) makes each element independently a zero with probability Z, a positive
-  subnormal with probability S, and otherwise what it would have been without the key.
+``value_profile``: ``{"zeros": Z, "subnormal": S, "negative": N}``, the fractions of exact
+  zeros, of subnormal values (nonzero, smaller in magnitude than the dtype's smallest normal
+  number) and of negative ordinary values (a capture's rounded to ``NEGATIVE_STEP``), each in [0, 1], ``Z + S + N <= 1``, each key
+  optional (0 when absent). The data generator (``data.generator``) makes each element
+  independently a zero with probability Z, a positive subnormal with probability S, and
+  otherwise what it would have been without the key, negated with probability N / (1 - Z - S).
+  The sign matters where values meet each other: a convolution's weights drawn all positive
+  (the default draw is in [0, 1)) smooth its output, and a max-pool over a smooth input runs
+  several times faster than over a trained net's (its comparisons predicted).
 
 A live capture (``capture.live.value_profile``) writes the key only where it is significant
 (``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ
@@ -27,13 +31,17 @@ from param_compute.dtypes import DTYPE_NAMES
 from param_compute.spec.wording import short
 
 VALUE_PROFILE = "value_profile"
-PROFILE_KEYS = ("zeros", "subnormal")
+PROFILE_KEYS = ("zeros", "subnormal", "negative")
 ZERO_ROWS = "zero_rows"
 KNOWN_KEYS = PROFILE_KEYS + (ZERO_ROWS,)
 #: Torch dtype names (``DTYPE_NAMES`` values) of the tensors a profile applies to.
 FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
 #: A captured profile is written when one of its fractions reaches this.
-SIGNIFICANT = {"zeros": 0.01, "subnormal": 0.001}
+SIGNIFICANT = {"zeros": 0.01, "subnormal": 0.001, "negative": 0.025}
+#: A captured ``negative`` is rounded to a multiple of this: signs decide speed only broadly
+#: (a max-pool's comparisons predicted or not), and activations' shares vary from call to
+#: call, so finer steps would split one op's calls into many configs.
+NEGATIVE_STEP = 0.05
 #: A captured ``zero_rows`` is written when its rows hold at least this share of the zeros.
 ROWS_SHARE = 0.5
 #: Significant digits a captured fraction keeps (of its complement, above one half).
@@ -57,18 +65,23 @@ def _significant(value: float) -> float:
     return round(value, DIGITS - 1 - math.floor(math.log10(value)))
 
 
-def profile_of(zeros: float, subnormal: float,
-               zero_rows: Optional[float] = None) -> Optional[Dict[str, float]]:
-    """The ``value_profile`` a capture writes for a tensor with these fractions of zeros and
-    subnormals (and of all-zero rows, None where rows don't apply), or None when neither
-    fraction is significant. A fraction below its threshold is written as 0, the others rounded
-    (``round_fraction``); ``zero_rows`` only where its rows hold at least ``ROWS_SHARE`` of
-    significant zeros and not all of the values are zeros once rounded."""
-    fractions = {"zeros": zeros, "subnormal": subnormal}
+def profile_of(zeros: float, subnormal: float, zero_rows: Optional[float] = None,
+               negative: float = 0.0) -> Optional[Dict[str, float]]:
+    """The ``value_profile`` a capture writes for a tensor with these fractions of zeros,
+    subnormals and negative values (and of all-zero rows, None where rows don't apply), or
+    None when no fraction is significant. A fraction below its threshold is written as 0 (and
+    ``negative`` left out), the others rounded (``round_fraction``), ``negative`` to at most
+    what zeros and subnormals leave; ``zero_rows`` only where its rows hold at least
+    ``ROWS_SHARE`` of significant zeros and not all of the values are zeros once rounded."""
+    fractions = {"zeros": zeros, "subnormal": subnormal, "negative": negative}
     if all(fractions[key] < SIGNIFICANT[key] for key in PROFILE_KEYS):
         return None
     profile = {key: round_fraction(fractions[key]) if fractions[key] >= SIGNIFICANT[key] else 0.0
-               for key in PROFILE_KEYS}
+               for key in PROFILE_KEYS[:2]}
+    left = round(1 - profile["zeros"] - profile["subnormal"], 12)
+    share = min(round(round(negative / NEGATIVE_STEP) * NEGATIVE_STEP, 12), left)
+    if negative >= SIGNIFICANT["negative"] and share > 0:
+        profile["negative"] = share
     if zero_rows is not None and zeros >= SIGNIFICANT["zeros"] \
             and zero_rows >= ROWS_SHARE * zeros and profile["zeros"] < 1:
         profile[ZERO_ROWS] = min(round_fraction(zero_rows), profile["zeros"])
@@ -127,7 +140,7 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
                      "use a floating dtype (float, half, bfloat16, double) or drop it")]
     if not isinstance(profile, dict):
         return [(where, 'value_profile is an object {"zeros": FRACTION, "subnormal": FRACTION, '
-                        '"zero_rows": FRACTION}', None)]
+                        '"negative": FRACTION, "zero_rows": FRACTION}', None)]
     problems: List[Tuple[tuple, str, Optional[str]]] = [
         (where + (key,), f"unknown key {str(key)[:40]!r}",
          f"known keys: {', '.join(KNOWN_KEYS)}") for key in profile if key not in KNOWN_KEYS]
@@ -136,7 +149,8 @@ def profile_problems(spec: Dict[str, Any]) -> List[Tuple[tuple, str, Optional[st
             problems.append((where + (key,), f"{key} is a fraction in [0, 1], got "
                                              f"{short(profile[key], 40)}", None))
     if not problems and sum(profile.get(key, 0) for key in PROFILE_KEYS) > 1:
-        problems.append((where, f"zeros + subnormal is "
+        named = " + ".join(key for key in PROFILE_KEYS if key in profile)
+        problems.append((where, f"{named} is "
                                 f"{sum(profile.get(key, 0) for key in PROFILE_KEYS):g}, more "
                                 "than 1 (all the values)", None))
     if ZERO_ROWS in profile:

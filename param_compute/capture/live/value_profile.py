@@ -1,4 +1,4 @@
-"""The ``value_profile`` of a live floating tensor: its fractions of zeros and subnormals.
+"""The ``value_profile`` of a live floating tensor: its fractions of zeros, subnormals and negatives.
 
 What the key means and when a capture writes it lives in ``spec.float_data``. Counting is one
 pass of read-only torch ops over at most ``MAX_SAMPLE`` elements: a larger tensor is sampled
@@ -42,10 +42,13 @@ def value_profile(tensor: torch.Tensor) -> Optional[Dict[str, float]]:
     values = sample(tensor.detach())
     magnitude = values.abs()
     is_zero = values == 0
-    counts = [is_zero.sum(), ((magnitude < torch.finfo(values.dtype).tiny) & (magnitude > 0)).sum()]
+    tiny = torch.finfo(values.dtype).tiny
+    counts = [is_zero.sum(), ((magnitude < tiny) & (magnitude > 0)).sum(),
+              (values <= -tiny).sum()]
     rows = values.dim() >= 2 and values[0].numel() > 1  # rows of one element are elements
     if rows:
         counts.append(is_zero.flatten(1).all(1).sum())
     counts = torch.stack(counts).tolist()  # one sync on a device
     return profile_of(counts[0] / values.numel(), counts[1] / values.numel(),
-                      counts[2] / values.shape[0] if rows else None)
+                      counts[3] / values.shape[0] if rows else None,
+                      negative=counts[2] / values.numel())
