@@ -52,6 +52,10 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _processes import RECYCLE, recycle_freed_memory  # noqa: E402
+
 MODELS = ("ddp", "fsdp", "mpemb")
 #: Steps the Kineto trace holds (each call's original time: the mean over them).
 KINETO_STEPS = 5
@@ -307,6 +311,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a check, no figure)")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
+    parser.add_argument("--malloc", choices=("default", "recycle"), default="default",
+                        help="recycle: every process (real steps, recordings, replays) runs "
+                             "with glibc tunables that keep freed memory, as jemalloc or "
+                             "tcmalloc would (bench/replay_models.py's --malloc): mpemb's dense "
+                             "embedding-bag gradients (12.8 MB a table) otherwise take fresh "
+                             "pages in some processes and not in others")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--phase", help=argparse.SUPPRESS)
@@ -314,13 +324,17 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    if args.malloc == "recycle":  # inherited by every child process
+        recycle_freed_memory()
     root = args.out or Path(tempfile.mkdtemp(prefix="dist_steps_"))
     results = []
     started = time.monotonic()
     for model in args.models.split(","):
         results.append(evaluate(model, args, root))
     missed = 0
-    print(f"distributed steps, 2 gloo ranks x 1 thread, {args.reps} reps interleaved "
+    print(f"distributed steps, 2 gloo ranks x 1 thread, allocator "
+          f"{'glibc defaults' if args.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}, "
+          f"{args.reps} reps interleaved "
           f"({time.monotonic() - started:.0f} s; files in {root})")
     print(f"{'model':<7} {'covered r0/r1':>14} {'real ms':>9} {'in-step ms':>10} "
           f"{'in-step/real (reps)':<30} collectives >2% within ±{args.op_tolerance:.0%}")
