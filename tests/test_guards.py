@@ -323,3 +323,17 @@ def test_tbe_tables_and_batches_are_counted_by_the_guard():
     op["input"][0]["args"][0] = {"type": "int", "name": "batch_size", "value": 10**9}
     [record] = param_compute.run(spec, max_memory=10**9, iteration=1, warmup=0).records
     assert "22.4 GiB" in _refused(record)  # 2e9 int64 indices + 1e9 offsets
+
+
+def test_the_default_limit_is_half_of_what_ulimit_or_a_cgroup_leaves(monkeypatch):
+    """The issue-31 probe ran under a 4 GB cap the guard did not see: it read the host's
+    available memory alone, let a 12 GiB step start, and allocations failed midway."""
+    from param_compute import untrusted_json
+    from param_compute.runtime.memory_guard import default_limit
+
+    monkeypatch.setattr(untrusted_json, "_address_space_room", lambda: 64 * MB)
+    monkeypatch.setattr(untrusted_json, "_cgroup_room", lambda: None)
+    assert default_limit("cpu") == 32 * MB
+    monkeypatch.setattr(untrusted_json, "_address_space_room", lambda: None)
+    monkeypatch.setattr(untrusted_json, "_cgroup_room", lambda: 10 * MB)
+    assert default_limit("cpu") == 5 * MB

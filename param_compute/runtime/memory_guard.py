@@ -24,7 +24,6 @@ worker a hard limit as a backstop.
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any, Optional, Tuple
 
@@ -67,23 +66,18 @@ def spec_bytes(value: Any) -> int:
 
 
 def available_bytes(device: str) -> Optional[int]:
-    """Memory available to the run's tensors now, or None when it cannot be told."""
+    """Memory available to the run's tensors now, or None when it cannot be told: on a CPU
+    the least of the host's available memory, what ``ulimit -v`` leaves and what the cgroup's
+    limit leaves (``untrusted_json.memory_available``, the one reading of them)."""
     if device.startswith("cuda"):
         import torch
 
         free, _total = torch.cuda.mem_get_info(torch.device(device))
         return int(free + torch.cuda.memory_reserved(torch.device(device)))
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    from param_compute.untrusted_json import memory_available
+
+    found = memory_available()
+    return found[0] if found else None
 
 
 def default_limit(device: str) -> Optional[int]:

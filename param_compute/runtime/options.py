@@ -187,8 +187,8 @@ class RunOptions:
     max_memory: Union[int, str, None] = flag(
         "--max-memory", default="auto", parse=_memory, metavar="SIZE",
         help="refuse configs whose tensors are estimated above SIZE (e.g. 8GB, 512MiB) without "
-             "allocating; 'auto' (default): half the memory available at start; 'none': no "
-             "limit")
+             "allocating; 'auto' (default): half the memory available at start (the host's, "
+             "or less where ulimit -v or a cgroup limit leaves less); 'none': no limit")
     #: The whole plan measured N times, fresh process and seeded order each (runtime.repetitions).
     repetitions: int = flag(
         "--repetitions", default=1, type=int, metavar="N",
