@@ -129,7 +129,7 @@ def step_measurer(executor, replay) -> Measurer:
 def job_failure(executor, cause: BaseException, what: str) -> Optional[JobBroken]:
     """What a failed step replay means for the job: None (an error record, the job goes on)
     where the ranks never agreed to start it (this rank tells the others it cannot), else the
-    job's end, naming the call that failed."""
+    job's end, naming the call that failed (or the wait between calls where none did)."""
     job = executor.job
     if isinstance(cause, JobBroken):
         return cause
@@ -141,10 +141,12 @@ def job_failure(executor, cause: BaseException, what: str) -> Optional[JobBroken
         except RuntimeError:
             pass  # the others may be gone already: their own failure says so
         return None
-    where = what
     call = getattr(cause, "call", None)
     if call is not None:
         where = f"{what}'s calls[{call[0]}] {call[1]}"
+    else:  # no call failed: the ranks waited for each other between steps
+        where = f"{what}, between its calls (the ranks' barrier before a step, or their " \
+                "agreement on a sample)"
     inner = cause.__cause__ if getattr(cause, "call", None) is not None and \
         cause.__cause__ is not None else cause
     return job.broken(where, inner)
