@@ -1,4 +1,4 @@
-"""Floating tensors given a ``value_profile``: its zeros, all-zero rows, subnormals and signs, drawn.
+"""Floating tensors given a ``value_profile``: zeros, all-zero rows, subnormals, signs drawn.
 
 What the profile means lives in ``spec.float_data``. Every draw comes from torch's global
 generator, which the engine seeds per run, so the same spec gives the same data each time; a
@@ -43,10 +43,10 @@ def with_profile(tensor: torch.Tensor, profile: Dict[str, float]) -> torch.Tenso
     """``tensor`` (floating, contiguous) with each element made a zero with probability
     ``profile["zeros"]``, else a positive subnormal with probability ``profile["subnormal"]``,
     from one draw of torch's global generator; none when both are 0. The other elements are
-    negated with probability ``negative / (1 - zeros - subnormal)`` (a second draw). With ``zero_rows``
-    (``tensor`` of 2 or more dims) that share of its rows is made all zero instead, at places
-    drawn after the elements, and the elements of the other rows drawn as ``split_rows``
-    says."""
+    negated with probability ``negative / (1 - zeros - subnormal)`` (a second draw). With
+    ``zero_rows`` (``tensor`` of 2 or more dims) that share of its rows is made all zero
+    instead, at places drawn after the elements, and the elements of the other rows drawn as
+    ``split_rows`` says."""
     if tensor.device.type == "meta":
         return tensor
     chosen = 0

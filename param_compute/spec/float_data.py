@@ -7,13 +7,14 @@ placed zeros, runs several times slower than over ordinary values):
 
 ``value_profile``: ``{"zeros": Z, "subnormal": S, "negative": N}``, the fractions of exact
   zeros, of subnormal values (nonzero, smaller in magnitude than the dtype's smallest normal
-  number) and of negative ordinary values (a capture's rounded to ``NEGATIVE_STEP``), each in [0, 1], ``Z + S + N <= 1``, each key
-  optional (0 when absent). The data generator (``data.generator``) makes each element
-  independently a zero with probability Z, a positive subnormal with probability S, and
-  otherwise what it would have been without the key, negated with probability N / (1 - Z - S).
-  The sign matters where values meet each other: a convolution's weights drawn all positive
-  (the default draw is in [0, 1)) smooth its output, and a max-pool over a smooth input runs
-  several times faster than over a trained net's (its comparisons predicted).
+  number) and of negative ordinary values (a capture's rounded to ``NEGATIVE_STEP``), each in
+  [0, 1], ``Z + S + N <= 1``, each key optional (0 when absent). The data generator
+  (``data.generator``) makes each element independently a zero with probability Z, a
+  positive subnormal with probability S, and otherwise what it would have been without the
+  key, negated with probability N / (1 - Z - S). The sign matters where values meet each
+  other: a convolution's weights drawn all positive (the default draw is in [0, 1)) smooth
+  its output, and a max-pool over a smooth input runs several times faster than over a
+  trained net's (its comparisons predicted).
 
 A live capture (``capture.live.value_profile``) writes the key only where it is significant
 (``SIGNIFICANT``), the fractions rounded by ``profile_of`` so that calls whose arguments differ

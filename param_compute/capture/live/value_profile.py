@@ -1,4 +1,4 @@
-"""The ``value_profile`` of a live floating tensor: its fractions of zeros, subnormals and negatives.
+"""The ``value_profile`` of a live floating tensor: its shares of zeros, subnormals, negatives.
 
 What the key means and when a capture writes it lives in ``spec.float_data``. Counting is one
 pass of read-only torch ops over at most ``MAX_SAMPLE`` elements: a larger tensor is sampled
