@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,11 +119,13 @@ def main() -> int:
     parser.add_argument("--hand-samples", type=int, default=9)
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--json", default="allreduce_sweep.json", help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None,
+                        help="keep the table's rows as JSON here (default: a temporary file)")
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    out = Path(args.json).resolve()
+    scratch = None if args.json else tempfile.TemporaryDirectory(prefix="allreduce_sweep_")
+    out = Path(args.json).resolve() if args.json else Path(scratch.name) / "rows.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", str(args.ranks), str(Path(__file__).resolve()), "--worker",
                "--rounds", str(args.rounds), "--max-mib", str(args.max_mib), "--hand-samples",
