@@ -312,6 +312,7 @@ def _lead(args: argparse.Namespace, report: int) -> int:
         status = exc.status
     finally:
         _tell(report, DONE)
+    _end_process_group()
     left = stray_threads()
     if left:
         print(f"warning: --run {printable(args.run, 300)}: the step left {len(left)} thread"
@@ -324,6 +325,18 @@ def _lead(args: argparse.Namespace, report: int) -> int:
                 pass
         os._exit(status)  # the interpreter would wait for them at exit, for ever
     return status
+
+
+def _end_process_group() -> None:
+    """End a process group the user's step made (a DDP step under torchrun), once the capture
+    is written: left to the interpreter's exit, gloo's threads can abort the process there
+    ("terminate called without an active exception"), failing a capture that succeeded."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except (RuntimeError, ValueError):  # the group is the user's: its end is not ours to fail
+        pass
 
 
 def _tell(report: Optional[int], what: bytes) -> None:
