@@ -234,8 +234,13 @@ def test_a_rank_killed_mid_replay_ends_the_other_in_time_with_one_message(tmp_pa
     assert took < 30, f"rank 0 took {took:.1f} s to end"
     errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1, stderr
-    assert "rank 0: the step replay's calls[1] c10d::allreduce_" in errors[0], errors[0]
-    assert "rank 1 is gone" in errors[0]
+    # rank 0 is in the step's all-reduce (most of the time) or in the barrier that starts each
+    # timed step when rank 1 dies: the message names which
+    assert ("ERROR: rank 0: the step replay's calls[1] c10d::allreduce_" in errors[0]
+            or errors[0].startswith(
+                "ERROR: rank 0: the step replay, between its calls (the ranks' barrier before a "
+                "step, or their agreement on a sample) failed")), errors[0]
+    assert "rank 1 is gone" in errors[0] and "every record measured is kept" in errors[0]
     assert "Traceback" not in stderr and "WARNING: step_replay" not in stderr
     header, records, finish_line = read_results(tmp_path / "res.rank0of2.json")
     assert [r["op_name"] for r in records] == ["c10d::allreduce_", "step_replay"]
