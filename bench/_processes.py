@@ -106,6 +106,26 @@ def compile_bytecode(python: str = sys.executable) -> None:
 RECYCLE = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=33554432"
 
 
+#: glibc tunables that map every block of 1 MiB or more fresh and return it when freed
+#: (``--malloc fresh``): a fixed threshold (glibc's own moves as blocks are freed), so whether
+#: a large block's pages are touched for the first time no longer depends on what else the
+#: process allocated: a profiler's small allocations split the heap's large free chunks, so
+#: under ``recycle`` a profiled step takes fresh pages its unprofiled run does not.
+FRESH = "glibc.malloc.mmap_threshold=1048576"
+
+MALLOC = {"recycle": RECYCLE, "fresh": FRESH}
+
+
+def use_malloc(mode: str) -> str:
+    """Every child process started from here on runs with glibc tunables ``MALLOC[mode]``
+    ('default': as it is); what the children run with, for the report."""
+    if mode == "default":
+        return "glibc defaults"
+    os.environ["GLIBC_TUNABLES"] = ":".join(
+        part for part in (os.environ.get("GLIBC_TUNABLES"), MALLOC[mode]) if part)
+    return "GLIBC_TUNABLES=" + MALLOC[mode]
+
+
 def recycle_freed_memory() -> None:
     """``--malloc recycle``: every child process started from here on runs with ``RECYCLE``
     (as jemalloc or tcmalloc behave: first touches of fresh pages no longer differ from

@@ -15,11 +15,11 @@ Three 2-rank CPU jobs built here (gloo, one torch thread a rank), each a trainin
   exchanged with ``all_to_all_single`` (each rank then holds its half of the batch for every
   table; the gradients go back the same way), a DDP top MLP 512-512-256-1, SGD.
 
-Per model: each rank records, after 3 warm steps, a Kineto trace of 5 steps (the original
+Per model: each rank records, after 3 warm steps, a Kineto trace of 9 steps (the original
 times: without the execution-trace observer, whose cost per call would inflate them) and
 then one step under the execution-trace observer alone (the calls and their dataflow), a
 barrier before each step; ``param-compute capture`` joins both ranks' traces into one spec
-(``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 5 occurrences by name. Then
+(``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 9 occurrences by name. Then
 ``--reps`` repetitions interleaved of [from the second on, both ranks recorded and captured
 again: each collective's original time (its calls' ``comm_us``) in that
 recording; a collective's original is the median over the recordings, the first included],
@@ -54,11 +54,14 @@ from typing import Any, Dict, List
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _processes import RECYCLE, recycle_freed_memory  # noqa: E402
+from _processes import use_malloc  # noqa: E402
 
 MODELS = ("ddp", "fsdp", "mpemb")
 #: Steps the Kineto trace holds (each call's original time: the mean over them).
-KINETO_STEPS = 5
+KINETO_STEPS = 9
+#: The replay's measuring time (--max-time): about as many steps as the real step's 15, so the
+#: collectives' medians (waits that vary several times from step to step) settle on both sides.
+REPLAY_MAX_TIME_S = 1.0
 
 
 # -- the models (built in each rank) ----------------------------------------------------------
@@ -234,7 +237,8 @@ def capture(model: str, folder: Path) -> Dict[str, Any]:
 def replay(model: str, spec: Path, folder: Path, index: int) -> Dict[str, Any]:
     out = folder / f"replay{index}.json"
     _run(torchrun("-m", "param_compute.run_benchmark", "-c", str(spec), "--replay-step",
-                  "--only", "c10d::*", "--output", str(out), "-q", "--no-progress"),
+                  "--only", "c10d::*", "--max-time", str(REPLAY_MAX_TIME_S), "--output",
+                  str(out), "-q", "--no-progress"),
          f"{model} replay")
     files = [str(folder / f"replay{index}.rank{r}of2.json") for r in (0, 1)]
     done = _run([sys.executable, "-m", "param_compute.workload_totals", "--json", *files],
@@ -311,12 +315,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a check, no figure)")
     parser.add_argument("--step-tolerance", type=float, default=0.10)
     parser.add_argument("--op-tolerance", type=float, default=0.25)
-    parser.add_argument("--malloc", choices=("default", "recycle"), default="default",
-                        help="recycle: every process (real steps, recordings, replays) runs "
-                             "with glibc tunables that keep freed memory, as jemalloc or "
-                             "tcmalloc would (bench/replay_models.py's --malloc): mpemb's dense "
-                             "embedding-bag gradients (12.8 MB a table) otherwise take fresh "
-                             "pages in some processes and not in others")
+    parser.add_argument("--malloc", choices=("default", "recycle", "fresh"), default="default",
+                        help="glibc's allocator in every process (real steps, recordings, "
+                             "replays). recycle: freed memory kept for reuse, as jemalloc or "
+                             "tcmalloc would (bench/replay_models.py's --malloc); fresh: every "
+                             "block of 1 MiB or more mapped fresh and returned when freed. Under "
+                             "glibc's defaults mpemb's dense embedding-bag gradients (12.8 MB a "
+                             "table) take fresh pages in some processes and not in others, and "
+                             "under recycle a profiled step takes them where the unprofiled one "
+                             "does not (the profiler's allocations split the free blocks), so "
+                             "the recordings' collectives wait on compute the real step does not "
+                             "do; fresh makes every process alike")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--phase", help=argparse.SUPPRESS)
@@ -324,16 +333,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    if args.malloc == "recycle":  # inherited by every child process
-        recycle_freed_memory()
+    allocator = use_malloc(args.malloc)  # inherited by every child process
     root = args.out or Path(tempfile.mkdtemp(prefix="dist_steps_"))
     results = []
     started = time.monotonic()
     for model in args.models.split(","):
         results.append(evaluate(model, args, root))
     missed = 0
-    print(f"distributed steps, 2 gloo ranks x 1 thread, allocator "
-          f"{'glibc defaults' if args.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}, "
+    print(f"distributed steps, 2 gloo ranks x 1 thread, allocator {allocator}, "
           f"{args.reps} reps interleaved "
           f"({time.monotonic() - started:.0f} s; files in {root})")
     print(f"{'model':<7} {'covered r0/r1':>14} {'real ms':>9} {'in-step ms':>10} "

@@ -418,3 +418,33 @@ def test_collective_arguments_in_torch_distributed_form():
     assert kwargs["async_op"]["value"] is False
     assert replay_path("allreduce_", [0, 0]) == [0] and replay_path("alltoall_base_", [1]) == [1]
     assert replay_path("allgather_", [0, 0]) is None
+
+
+def test_a_collectives_original_is_the_median_over_the_traces_steps(tmp_path, capsys):
+    """Most of a collective's time is the wait for the other ranks, which one slow step can
+    multiply: the original is the median over the trace's steps, as the replay's is."""
+    paths = _files(tmp_path)
+    for rank in (0, 1):
+        kin = tmp_path / f"kin{rank}.json"
+        kineto = json.loads(kin.read_text())
+        steps = []
+        for step, reduce_us in enumerate((400.0, 480.0, 4000.0)):  # one slow step
+            for event in kineto["traceEvents"]:
+                # a profile of other steps than the execution trace's: ids that do not
+                # meet, joined by name, each call to its three occurrences
+                copy = {**event, "ts": event["ts"] + 10000 * step,
+                        "args": {"Record function id": 100 * (step + 1) + event["args"][
+                            "Record function id"]}}
+                if event["name"] == "gloo:all_reduce":
+                    copy["dur"] = reduce_us
+                steps.append(copy)
+        kineto["traceEvents"] = steps
+        kin.write_text(json.dumps(kineto))
+    out = tmp_path / "job.json"
+    assert capture_main(paths + ["-o", str(out), "--target-device", "cpu"]) == 0
+    calls = json.loads((tmp_path / "job.step.json").read_text())["ranks"][0]["calls"]
+    # issue (15 µs) to the span's end (40 µs + its duration): 425, 505, 4025: the median
+    assert calls[1]["comm_us"] == 505.0
+    spec = json.loads(out.read_text())
+    assert spec["c10d::allreduce_"]["config"][0]["input"][0]["ranks"]["0"]["original_us"][
+        "comm"] == 505.0

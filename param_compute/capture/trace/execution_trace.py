@@ -19,6 +19,7 @@ is joined (``kineto``), to the workload.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute import untrusted_json
@@ -394,9 +395,11 @@ class CollectiveSource:
 
     def comm_us(self, node: Dict[str, Any], original) -> Optional[float]:
         """The call's communication time: its kernels' (a device trace), else, where the
-        Kineto join has them, from the call's issue to its backend span's end (the mean over
-        the occurrences): what a replay times, the call issued until its work completed.
-        Where the call's and its span's occurrences do not pair, the span alone."""
+        Kineto join has them, from the call's issue to its backend span's end (the median
+        over the occurrences, as the replay's is over its steps: most of a collective's time
+        is waiting for the other ranks, which one slow step can multiply): what a replay
+        times, the call issued until its work completed. Where the call's and its span's
+        occurrences do not pair, the span alone (its median)."""
         if original is not None and original[1]:
             return original[1]
         span = self.spans.get(node["id"])
@@ -411,7 +414,7 @@ class CollectiveSource:
             except (KeyError, TypeError, ValueError):
                 issued = []
             if issued and all(math.isfinite(v) and v < 1e12 for v in issued):
-                return round(sum(issued) / len(issued), 3)
+                return round(statistics.median(issued), 3)
         return self.timing.span_us(span)
 
     def exposed_us(self) -> Optional[float]:

@@ -9,8 +9,9 @@ it covers and a replay can be set beside production.
 The join: by record-function id where both traces carry one (``rf_id`` / ``Record function
 id``); else by name (and input dims where Kineto recorded them), occurrence by occurrence in
 start order. A Kineto trace spanning R times the execution trace's iterations joins each call
-to its R occurrences (times are means over them). With a ``ProfilerStep#N`` selected and
-present in both, only that step's window of the Kineto trace is used.
+to its R occurrences (times are means over them; a collective's communication, the median).
+With a ``ProfilerStep#N`` selected and present in both, only that step's window of the Kineto
+trace is used.
 
 Host gaps (``host_timeline``): within that window, the host time before each top-level call
 (the replay-level calls and the ones left out, in the step's order) that no such call took,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -73,7 +75,7 @@ class KinetoJoin:
 
     def span_us(self, node: Dict[str, Any]) -> Optional[float]:
         """The recorded duration (µs) of any node's Kineto event: a collective backend's span
-        on its own thread (the mean over its occurrences where the join went by name)."""
+        on its own thread (the median over its occurrences where the join went by name)."""
         events = self.matched.get(node.get("id")) or []
         if not events:
             event = self.event_of(node)
@@ -81,7 +83,7 @@ class KinetoJoin:
         durations = [float(e.get("dur", 0)) for e in events]
         if not durations or not all(_sane(d) for d in durations):
             return None
-        return round(sum(durations) / len(durations), 3)
+        return round(statistics.median(durations), 3)
 
     def event_of(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Any node's Kineto event: joined to it, else by record-function id (the names
