@@ -9,12 +9,13 @@ all-reduce of float32 messages from 1 KiB to ``--max-mib`` MiB (powers of two) b
 * param_compute: a spec of ``torch.distributed.all_reduce`` at that size (the sweep's
   ``__list__`` of shapes, one at a time), run through the library (``param_compute.run``) as
   ``run_benchmark`` runs it
-  under torchrun: the one Measurer with its default protocol, a barrier before each sample,
+  under torchrun: the one Measurer with its default protocol (``--max-time``: 1 s here), a
+  barrier before each sample,
   each sample the slowest rank's (``measure.ranks``); its records' ``comms`` give algbw and
   busbw (nccl-tests' definitions);
 * by hand, with ``torch.distributed`` alone: per sample a barrier, ``perf_counter`` around a
-  synchronous ``all_reduce``, the sample's largest value over the ranks (an all-reduce MAX);
-  the median of ``--hand-samples`` samples (after 2 warm-up ones).
+  synchronous ``all_reduce``; then each sample's largest value over the ranks (one all-reduce
+  MAX of every sample); the median of ``--hand-samples`` samples (after 2 warm-up ones).
 
 Rank 0 prints, per size, the median over rounds of both times, algbw and busbw of each, and
 their ratio. Target: every size within ±``--tolerance`` (10%); exit status 1 on a miss.
@@ -54,18 +55,21 @@ def sweep_spec(byte_sizes):
 
 
 def by_hand(dist, torch, size: int, samples: int) -> float:
-    """Median over samples of the slowest rank's time (ms) of a synchronous all-reduce."""
+    """Median over samples of the slowest rank's time (ms) of a synchronous all-reduce: each
+    rank keeps its samples, then one all-reduce (MAX) gives each sample's slowest. (Agreeing
+    after every sample put a second collective between each barrier and the next: with a
+    rank's threads on one CPU, whole runs of samples then took a scheduler's time slice,
+    3.3 ms against 0.2 ms.)"""
     tensor = torch.ones(size // 4)
     times = []
-    for index in range(samples + 2):
+    for _ in range(samples + 2):
         dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(tensor)
-        took = torch.tensor([(time.perf_counter() - start) * 1e3], dtype=torch.float64)
-        dist.all_reduce(took, op=dist.ReduceOp.MAX)
-        if index >= 2:
-            times.append(took.item())
-    return statistics.median(times)
+        times.append((time.perf_counter() - start) * 1e3)
+    slowest = torch.tensor(times[2:], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return statistics.median(slowest.tolist())
 
 
 def worker(args) -> int:
@@ -76,6 +80,9 @@ def worker(args) -> int:
     import param_compute
 
     torch.set_num_threads(1)
+    if args.pin:  # this rank and every thread it starts (gloo's) on a CPU of its own
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(os.environ["LOCAL_RANK"]) % len(cpus)]})
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     byte_sizes = sizes(args.max_mib)
@@ -88,7 +95,8 @@ def worker(args) -> int:
                 if side == "hand":
                     hand[size].append(by_hand(dist, torch, size, args.hand_samples))
                     continue
-                [record] = param_compute.run(sweep_spec([size])).records
+                [record] = param_compute.run(sweep_spec([size]),
+                                             max_time=args.max_time).records
                 ours[size].append(record["stats"]["forward"]["median"])
                 rates[size].append((record["comms"]["algbw_gbps"],
                                     record["comms"]["busbw_gbps"]))
@@ -101,7 +109,8 @@ def worker(args) -> int:
                          "ours_algbw": statistics.median(r[0] for r in rates[size]),
                          "ours_busbw": statistics.median(r[1] for r in rates[size]),
                          "hand_algbw": algbw, "hand_busbw": algbw * 2 * (world - 1) / world,
-                         "ratio": mine / theirs})
+                         "ratio": mine / theirs, "ours_rounds": ours[size],
+                         "hand_rounds": hand[size]})
         Path(args.json).write_text(json.dumps({"world": world, "rows": rows}))
     dist.destroy_process_group()
     return 0
@@ -118,6 +127,12 @@ def main() -> int:
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--hand-samples", type=int, default=9)
     parser.add_argument("--tolerance", type=float, default=0.10)
+    parser.add_argument("--max-time", type=float, default=1.0,
+                        help="param_compute's --max-time: its samples end once the median's "
+                             "95%% interval is within ±2%% or after this long (the default "
+                             "0.1 s gives 64 MiB 5 samples, against the hand's 31)")
+    parser.add_argument("--pin", action="store_true",
+                        help="each rank (and the threads it starts) on a CPU of its own")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None,
                         help="keep the table's rows as JSON here (default: a temporary file)")
@@ -129,7 +144,8 @@ def main() -> int:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", str(args.ranks), str(Path(__file__).resolve()), "--worker",
                "--rounds", str(args.rounds), "--max-mib", str(args.max_mib), "--hand-samples",
-               str(args.hand_samples), "--json", str(out)]
+               str(args.hand_samples), "--max-time", str(args.max_time), "--json", str(out),
+               *(["--pin"] if args.pin else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
