@@ -106,13 +106,13 @@ def compile_bytecode(python: str = sys.executable) -> None:
 RECYCLE = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=33554432"
 
 
-#: glibc tunables that keep freed memory for reuse below 8 MiB, as ``RECYCLE``, and map every
-#: block of 8 MiB or more fresh, returning it when freed (``--malloc fresh``). glibc's own
-#: threshold moves as blocks are freed, and under ``RECYCLE`` whether a large block comes back
-#: with its pages touched depends on what else the process allocated: a profiler's small
-#: allocations split the heap's large free chunks, so a profiled step takes fresh pages its
-#: unprofiled run does not. A fixed threshold makes the large blocks alike in every process.
-FRESH = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=8388608"
+#: glibc tunables that map every block of 1 MiB or more fresh and return it when freed
+#: (``--malloc fresh``). glibc's own threshold moves as blocks are freed, and under ``RECYCLE``
+#: whether a large block comes back with its pages touched depends on what else the process
+#: allocated: a profiler's small allocations split the heap's large free chunks, so a profiled
+#: step takes fresh pages its unprofiled run does not. A fixed threshold makes large blocks
+#: alike in every process: fresh each time.
+FRESH = "glibc.malloc.mmap_threshold=1048576"
 
 MALLOC = {"recycle": RECYCLE, "fresh": FRESH}
 

@@ -318,9 +318,8 @@ def main() -> int:
     parser.add_argument("--malloc", choices=("default", "recycle", "fresh"), default="default",
                         help="glibc's allocator in every process (real steps, recordings, "
                              "replays). recycle: freed memory kept for reuse, as jemalloc or "
-                             "tcmalloc would (bench/replay_models.py's --malloc); fresh: the same, "
-                             "but every block of 8 MiB or more mapped fresh and returned when "
-                             "freed. Under "
+                             "tcmalloc would (bench/replay_models.py's --malloc); fresh: every "
+                             "block of 1 MiB or more mapped fresh and returned when freed. Under "
                              "glibc's defaults mpemb's dense embedding-bag gradients (12.8 MB a "
                              "table) take fresh pages in some processes and not in others, and "
                              "under recycle a profiled step takes them where the unprofiled one "
