@@ -1,6 +1,6 @@
 """An all-reduce sweep from a spec, side by side with the same collectives timed by hand.
 
-    python bench/allreduce_sweep.py [--ranks 2] [--rounds 3] [--max-mib 64]
+    python bench/allreduce_sweep.py [--ranks 2] [--rounds 21] [--max-mib 64] [--max-time 0.5]
 
 Starts ``--ranks`` gloo ranks (torchrun, one thread each) that each, in one run, time an
 all-reduce of float32 messages from 1 KiB to ``--max-mib`` MiB (powers of two) both ways,
@@ -8,14 +8,17 @@ all-reduce of float32 messages from 1 KiB to ``--max-mib`` MiB (powers of two) b
 
 * param_compute: a spec of ``torch.distributed.all_reduce`` at that size (the sweep's
   ``__list__`` of shapes, one at a time), run through the library (``param_compute.run``) as
-  ``run_benchmark`` runs it
-  under torchrun: the one Measurer with its default protocol (``--max-time``: 1 s here), a
-  barrier before each sample,
-  each sample the slowest rank's (``measure.ranks``); its records' ``comms`` give algbw and
-  busbw (nccl-tests' definitions);
-* by hand, with ``torch.distributed`` alone: per sample a barrier, ``perf_counter`` around a
-  synchronous ``all_reduce``; then each sample's largest value over the ranks (one all-reduce
-  MAX of every sample); the median of ``--hand-samples`` samples (after 2 warm-up ones).
+  ``run_benchmark`` runs it under torchrun: the one Measurer with its default protocol (its
+  ``--max-time`` given: 0.5 s here, where 0.1 s gave 64 MiB 5 samples), a barrier before each
+  sample, each sample the slowest rank's (``measure.ranks``); its records' ``comms`` give
+  algbw and busbw (nccl-tests' definitions);
+* by hand, with ``torch.distributed`` alone, as do_bench goes: five samples estimate the
+  time, the ranks agree on a count that fills the same window (at least ``--hand-samples``),
+  then per sample a barrier and ``perf_counter`` around a synchronous ``all_reduce``; one
+  all-reduce MAX afterwards gives each sample's slowest rank; the median.
+
+At 2-8 MiB one round's median moves by ±20% from round to round on a shared 2-core machine,
+on both sides alike: hence 21 rounds by default.
 
 Rank 0 prints, per size, the median over rounds of both times, algbw and busbw of each, and
 their ratio. Target: every size within ±``--tolerance`` (10%); exit status 1 on a miss.
@@ -54,20 +57,27 @@ def sweep_spec(byte_sizes):
                                          "__list__": ["shape"]}]}]}]}}
 
 
-def by_hand(dist, torch, size: int, samples: int) -> float:
-    """Median over samples of the slowest rank's time (ms) of a synchronous all-reduce: each
-    rank keeps its samples, then one all-reduce (MAX) gives each sample's slowest. (Agreeing
-    after every sample put a second collective between each barrier and the next: with a
-    rank's threads on one CPU, whole runs of samples then took a scheduler's time slice,
-    3.3 ms against 0.2 ms.)"""
+def by_hand(dist, torch, size: int, samples: int, window_s: float) -> float:
+    """Median over samples of the slowest rank's time (ms) of a synchronous all-reduce, as
+    do_bench goes: a few samples estimate the time, which gives the count (enough to fill
+    ``window_s``, param_compute's --max-time, at least ``samples``; the ranks agree on it),
+    then per sample a barrier and ``perf_counter`` around the call. Each rank keeps its
+    samples; one all-reduce (MAX) after them gives each sample's slowest. (Agreeing after
+    every sample put a second collective between each barrier and the next: whole rounds then
+    took a scheduler's time slice, 3.3 ms against 0.2 ms.)"""
     tensor = torch.ones(size // 4)
-    times = []
-    for _ in range(samples + 2):
+
+    def sample() -> float:
         dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(tensor)
-        times.append((time.perf_counter() - start) * 1e3)
-    slowest = torch.tensor(times[2:], dtype=torch.float64)
+        return time.perf_counter() - start
+
+    estimate = torch.tensor([statistics.median(sample() for _ in range(5))],
+                            dtype=torch.float64)
+    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)  # one count for every rank
+    count = int(min(2000, max(samples, window_s / max(estimate.item(), 1e-6))))
+    slowest = torch.tensor([sample() * 1e3 for _ in range(count)], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return statistics.median(slowest.tolist())
 
@@ -93,7 +103,8 @@ def worker(args) -> int:
         for size in byte_sizes:  # each size both ways back to back, the order alternating
             for side in (("ours", "hand") if round_index % 2 == 0 else ("hand", "ours")):
                 if side == "hand":
-                    hand[size].append(by_hand(dist, torch, size, args.hand_samples))
+                    hand[size].append(by_hand(dist, torch, size, args.hand_samples,
+                                              args.max_time))
                     continue
                 [record] = param_compute.run(sweep_spec([size]),
                                              max_time=args.max_time).records
@@ -123,11 +134,11 @@ def _size(value: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--max-mib", type=int, default=64)
-    parser.add_argument("--hand-samples", type=int, default=9)
+    parser.add_argument("--hand-samples", type=int, default=31)
     parser.add_argument("--tolerance", type=float, default=0.10)
-    parser.add_argument("--max-time", type=float, default=1.0,
+    parser.add_argument("--max-time", type=float, default=0.5,
                         help="param_compute's --max-time: its samples end once the median's "
                              "95%% interval is within ±2%% or after this long (the default "
                              "0.1 s gives 64 MiB 5 samples, against the hand's 31)")
