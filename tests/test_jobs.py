@@ -448,3 +448,65 @@ def test_a_collectives_original_is_the_median_over_the_traces_steps(tmp_path, ca
     spec = json.loads(out.read_text())
     assert spec["c10d::allreduce_"]["config"][0]["input"][0]["ranks"]["0"]["original_us"][
         "comm"] == 505.0
+
+
+def test_a_synchronous_collective_is_timed_to_its_works_completion_not_its_return():
+    """The original's communication runs to its backend span's end; a synchronous call returns
+    later, when its rank is scheduled again: the replay stamps the work's completion (its
+    future) for synchronous collectives too, no later than the call's end, all of it exposed."""
+    from types import SimpleNamespace
+
+    from param_compute.runtime.step_replay import StepReplay
+
+    def call(collective, issues=False):
+        return SimpleNamespace(collective=collective, issues=issues, failed=None)
+
+    replay = SimpleNamespace(calls=[call(False), call(True), call(True), call(True),
+                                    call(True, issues=True)])
+    replay._comm = {"issued": {1: 1_000, 2: 5_000, 4: 9_000},
+                    "done": {1: 3_000, 2: 20_000, 4: 9_500}, "wait_ns": 700}
+    # call 1: done 2 µs after its issue, returned 4 µs after; call 2: its future's callback
+    # ran after the wait returned; call 3: no future (stamps missing): the call's own time
+    times = [100, 4_000, 6_000, 2_500, 50]
+    result = StepReplay.end_comm_pass(replay, times)
+    assert result["per_call"] == {1: 2_000, 2: 6_000, 3: 2_500, 4: 500}
+    assert result["exposed_ns"] == 700 + 4_000 + 6_000 + 2_500
+
+
+def test_a_synchronous_collective_in_a_step_waits_its_work_before_the_next_call():
+    """Bound as issue-and-keep like an async one, a synchronous collective's work is waited
+    in the same call: in the checked pass and in every timed loop."""
+    from param_compute.runtime.step_replay import StepReplay
+
+    log = []
+
+    class Work:
+        def wait(self):
+            log.append("wait")
+
+        def get_future(self):
+            raise RuntimeError("no future")  # the call's own time then
+
+    def collective(tensor):
+        log.append("issue")
+        return [tensor], Work()
+
+    def compute(tensor):
+        log.append("compute")
+        return tensor
+
+    t = torch.ones(2)
+    plan = [(0, collective, [t], {}, (), (), (), 0, (), False, True),
+            (1, compute, [t], {}, (), (), (), 0, (), False, False)]
+    replay = StepReplay.__new__(StepReplay)
+    replay._plan, replay.works, replay.pending, replay.tail_wait_ns = plan, [None, None], \
+        False, 0
+    replay.clock = type("HostClock", (), {"name": "host"})()
+    replay._loop([None], None, False, None, False, None, [-1])
+    assert log == ["issue", "wait", "compute"]
+    log.clear()
+    times, ticks = [None, None], iter(range(0, 10**6, 10))
+    replay._comm = {"issued": {}, "done": {}, "wait_ns": 0}
+    replay._loop([None], times, False, lambda: next(ticks), False, replay._comm, [-1])
+    assert log == ["issue", "wait", "compute"] and times == [10, 10]
+    assert replay._comm["issued"] == {0: replay._comm["issued"][0]} and not replay.pending

@@ -18,9 +18,11 @@ measured, with the run's protocol, and what its record says: ``runtime.step_run`
 
 Collectives (a job's step, ``runtime.job``): a call of a collective runs on the job's group;
 one the original issued asynchronously is issued the same way here and its work waited where
-the step file says the original waited it (``waits``), or at the step's end. In the call-timed
-steps each collective also gets its communication time (from its issue until its work
-completed, stamped by the work's future) and the step the time spent waiting for
+the step file says the original waited it (``waits``), or at the step's end; a synchronous
+one is issued and waited at once, as torch.distributed does. In the call-timed steps each
+collective also gets its communication time (from its issue until its work completed, stamped
+by the work's future, as the original's runs to its backend span's end: a synchronous call's
+return comes later, when its rank is scheduled again) and the step the time spent waiting for
 communication (``communication``).
 
 Host gaps (``--host-gaps``, on a device by default): the replay's own host step is measured,
@@ -245,15 +247,19 @@ class StepReplay:
                 set_arg(args, kwargs, path, shared)
             except TypeError:  # inside a tuple: this reader keeps a tensor of its own
                 continue
-        asynchronous = is_collective(run.op_name) and _async(kwargs)
-        bound = op.bind_async(args, kwargs) if asynchronous else op.bind_forward(args, kwargs)
+        collective = is_collective(run.op_name)
+        asynchronous = collective and _async(kwargs)
+        # a collective is issued and its work kept: an async one's until the call that waits
+        # it, a synchronous one's waited at once (as torch.distributed does), both timed to
+        # their work's completion (the original's backend span's end, not the rank's return)
+        bound = op.bind_async(args, kwargs) if collective else op.bind_forward(args, kwargs)
         if isinstance(bound, functools.partial):
             func, bound_args, bound_kwargs = bound.func, list(bound.args), dict(bound.keywords)
         else:  # an operator whose bound call can't be taken apart: its forward, unbound
             func, bound_args, bound_kwargs = op.forward, args, kwargs
         call = _Call(run.key, func, bound_args, bound_kwargs,
                      waits=tuple(entry.get("waits", ())), issues=asynchronous,
-                     collective=is_collective(run.op_name))
+                     collective=collective)
         for container, key, slot in locate(bound_args, bound_kwargs):
             shape, dtype, path = expected[slot]
             call.fills.append((container, key, slot, (shape, dtype), path))
@@ -298,6 +304,10 @@ class StepReplay:
                     if call.issues:  # (the c10d op's result, its work)
                         result, self.works[index] = result
                         self.pending = True
+                    elif call.collective:  # synchronous: waited here
+                        result, work = result
+                        if work is not None:
+                            work.wait()
                     for path, slot in call.outs:
                         values[slot] = output(result, path)
                     if index == len(self.calls) - 1:
@@ -374,7 +384,7 @@ class StepReplay:
         last_host: Optional[float] = None
         now = time.perf_counter_ns
         works = self.works
-        for index, func, args, kwargs, fills, outs, frees, wait, waits, issues \
+        for index, func, args, kwargs, fills, outs, frees, wait, waits, issues, collective \
                 in self._compiled():
             at[0] = index
             for container, key, slot in fills:
@@ -403,6 +413,30 @@ class StepReplay:
                 self.pending = True
                 if comm is not None:
                     self._issued(index, begin_ns, work, comm)
+            elif collective:  # synchronous: its work waited here, its completion stamped
+                begin_ns = now()
+                if times is None:
+                    result, work = func(*args, **kwargs)
+                    if work is not None:
+                        work.wait()
+                else:
+                    if cover is not None:
+                        cover(last_host)
+                    start = clock()
+                    result, work = func(*args, **kwargs)
+                    if comm is not None:
+                        self._issued(index, begin_ns, work, comm)
+                    if work is not None:
+                        work.wait()
+                    end = clock()
+                    if stamped:
+                        times[index] = (start, end)
+                        if host_ms is not None:
+                            last_host = host_ms(start, end) * 1e3
+                    else:
+                        times[index] = end - start
+                        if starts is not None:
+                            starts[index] = start
             elif times is None:
                 result = func(*args, **kwargs)
             elif stamped:
@@ -457,8 +491,8 @@ class StepReplay:
 
     @staticmethod
     def _issued(index: int, begin_ns: int, work: Any, comm: Dict[str, Any]) -> None:
-        """An async collective issued in a call-timed step: its completion stamped by its
-        work's future (where the backend gives one), else when it is waited."""
+        """A collective issued in a call-timed step: its completion stamped by its work's
+        future (where the backend gives one), else when it is waited."""
         comm["issued"][index] = begin_ns
         if work is None:
             return
@@ -486,19 +520,22 @@ class StepReplay:
         for index, call in enumerate(self.calls):
             if not call.collective or call.failed is not None:
                 continue
+            issued, done = comm["issued"].get(index), comm["done"].get(index)
             if call.issues:
-                issued, done = comm["issued"].get(index), comm["done"].get(index)
                 if issued is not None and done is not None:
                     per_call[index] = max(0, done - issued)
             elif isinstance(times[index], (int, float)):
-                per_call[index] = times[index]
+                # synchronous: issue to its work's completion (its future's callback may run
+                # after the wait returned: no later than the call's end), all of it exposed
+                per_call[index] = times[index] if issued is None or done is None else \
+                    max(0, min(done - issued, times[index]))
                 exposed += times[index]
         return {"per_call": per_call, "exposed_ns": exposed}
 
     def _compiled(self) -> List[Tuple[Any, ...]]:
         """The calls that run, as flat tuples (index, callable, args, kwargs, fills, outputs,
         frees, host gap ns to wait before it, earlier work waited before it, whether it is an
-        async collective), built once after the checked pass: the replay's own Python between two calls
+        async collective, whether a collective), built once after the checked pass: the replay's own Python between two calls
         is host time the original step did not spend, and a small-op step is made of it. An
         aten overload is called through its C++ entry (``OpOverload.__call__`` only forwards
         to it), saving a Python frame per call."""
@@ -515,7 +552,7 @@ class StepReplay:
                              tuple((path[0], path[1] if len(path) > 1 else -1, slot)
                                    for path, slot in call.outs),
                              tuple(call.frees), self.waits_ns[index], call.waits,
-                             call.issues))
+                             call.issues, call.collective))
             self._plan = plan
         return self._plan
 

@@ -19,7 +19,6 @@ is joined (``kineto``), to the workload.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from param_compute import untrusted_json
@@ -42,6 +41,7 @@ from param_compute.capture.trace.step import WAITED
 from param_compute.operators.collectives import kind_of
 from param_compute.spec.limits import INT_MAX, INT_MIN
 from param_compute.spec.wording import short
+from param_compute.results.stats import median
 
 _ENUMS = {"dtype": SCALAR_TYPES, "layout": LAYOUTS, "memory_format": MEMORY_FORMATS}
 NONE_VALUE = "<None>"
@@ -414,7 +414,7 @@ class CollectiveSource:
             except (KeyError, TypeError, ValueError):
                 issued = []
             if issued and all(math.isfinite(v) and v < 1e12 for v in issued):
-                return round(statistics.median(issued), 3)
+                return round(median(issued), 3)
         return self.timing.span_us(span)
 
     def exposed_us(self) -> Optional[float]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -38,6 +37,7 @@ from param_compute.capture.trace.comms import distributed_info
 from param_compute.capture.trace.files import read_kineto_trace
 from param_compute.capture.trace.walk import Steps, TraceTree, attr
 from param_compute.spec.reserved import recorded_threads
+from param_compute.results.stats import median
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Where record-function ids join fewer of the operator calls than this, the Kineto trace is of
@@ -83,7 +83,7 @@ class KinetoJoin:
         durations = [float(e.get("dur", 0)) for e in events]
         if not durations or not all(_sane(d) for d in durations):
             return None
-        return round(statistics.median(durations), 3)
+        return round(median(durations), 3)
 
     def event_of(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Any node's Kineto event: joined to it, else by record-function id (the names
