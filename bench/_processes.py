@@ -109,8 +109,8 @@ RECYCLE = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=3
 #: glibc tunables that map every block of 1 MiB or more fresh and return it when freed
 #: (``--malloc fresh``). glibc's own threshold moves as blocks are freed, and under ``RECYCLE``
 #: whether a large block comes back with its pages touched depends on what else the process
-#: allocated: a profiler's small allocations split the heap's large free chunks, so a profiled
-#: step takes fresh pages its unprofiled run does not. A fixed threshold makes large blocks
+#: allocated: a profiled mpemb step (bench/dist_steps.py) took fresh pages its unprofiled run
+#: did not (likely the profiler's small allocations splitting the heap's large free chunks). A fixed threshold makes large blocks
 #: alike in every process: fresh each time.
 FRESH = "glibc.malloc.mmap_threshold=1048576"
 

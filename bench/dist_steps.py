@@ -323,7 +323,7 @@ def main() -> int:
                              "glibc's defaults mpemb's dense embedding-bag gradients (12.8 MB a "
                              "table) take fresh pages in some processes and not in others, and "
                              "under recycle a profiled step takes them where the unprofiled one "
-                             "does not (the profiler's allocations split the free blocks), so "
+                             "does not (likely the profiler's allocations splitting free blocks), so "
                              "the recordings' collectives wait on compute the real step does not "
                              "do; fresh makes every process alike")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
