@@ -110,8 +110,8 @@ RECYCLE = "glibc.malloc.trim_threshold=17179869184:glibc.malloc.mmap_threshold=3
 #: (``--malloc fresh``). glibc's own threshold moves as blocks are freed, and under ``RECYCLE``
 #: whether a large block comes back with its pages touched depends on what else the process
 #: allocated: a profiled mpemb step (bench/dist_steps.py) took fresh pages its unprofiled run
-#: did not (likely the profiler's small allocations splitting the heap's large free chunks). A fixed threshold makes large blocks
-#: alike in every process: fresh each time.
+#: did not (likely the profiler's small allocations splitting the heap's large free chunks).
+#: A fixed threshold makes large blocks alike in every process: fresh each time.
 FRESH = "glibc.malloc.mmap_threshold=1048576"
 
 MALLOC = {"recycle": RECYCLE, "fresh": FRESH}
@@ -119,18 +119,11 @@ MALLOC = {"recycle": RECYCLE, "fresh": FRESH}
 
 def use_malloc(mode: str) -> str:
     """Every child process started from here on runs with glibc tunables ``MALLOC[mode]``
-    ('default': as it is); what the children run with, for the report."""
+    ('default': as it is); what the children run with, for the report. (``recycle``: as
+    jemalloc or tcmalloc behave, first touches of fresh pages no longer differing from process
+    to process.) A process takes glibc's tunables only at start, so this one keeps its own."""
     if mode == "default":
         return "glibc defaults"
     os.environ["GLIBC_TUNABLES"] = ":".join(
         part for part in (os.environ.get("GLIBC_TUNABLES"), MALLOC[mode]) if part)
     return "GLIBC_TUNABLES=" + MALLOC[mode]
-
-
-def recycle_freed_memory() -> None:
-    """``--malloc recycle``: every child process started from here on runs with ``RECYCLE``
-    (as jemalloc or tcmalloc behave: first touches of fresh pages no longer differ from
-    process to process). A process takes glibc's tunables only at start, so this one keeps
-    its own."""
-    os.environ["GLIBC_TUNABLES"] = ":".join(
-        part for part in (os.environ.get("GLIBC_TUNABLES"), RECYCLE) if part)

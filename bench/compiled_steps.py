@@ -55,8 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _processes import (RECYCLE, pinned_cpu, quietest_cpu,  # noqa: E402
-                        recycle_freed_memory)
+from _processes import pinned_cpu, quietest_cpu, use_malloc  # noqa: E402
 
 
 # -- the models ------------------------------------------------------------------------------
@@ -394,8 +393,7 @@ def main() -> int:
             result = real_step(options.one, options, options.what == "compiled")
         options.into.write_text(json.dumps(result))
         return 0
-    if options.malloc == "recycle":  # inherited by every child process
-        recycle_freed_memory()
+    allocator = use_malloc(options.malloc)  # inherited by every child process
     verdicts = []
     cpu = None if options.no_pin else quietest_cpu()
     with tempfile.TemporaryDirectory() as tmp, pinned_cpu(cpu):
@@ -413,7 +411,7 @@ def main() -> int:
         v[key] for key in ("graphs_ok", "covered_ok", "step_ok", "eager_ok", "trace_ok"))]
     print(f"\ntorch {torch.__version__}, cpu, 1 thread, "
           f"{'every process on CPU ' + str(cpu) if cpu is not None else 'unpinned'}, allocator "
-          f"{'glibc defaults' if options.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}, "
+          f"{allocator}, "
           f"load average {os.getloadavg()[0]:.1f}")
     if missed:
         print(f"MISS: {', '.join(missed)}")

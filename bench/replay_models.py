@@ -61,8 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _processes import (RECYCLE, pinned_cpu, quietest_cpu,  # noqa: E402
-                        recycle_freed_memory, wait_quiet)
+from _processes import (pinned_cpu, quietest_cpu, use_malloc,  # noqa: E402
+                        wait_quiet)
 from model_families import FAMILIES, NAMESPACES, build_family  # noqa: E402
 
 from param_compute.capture.live.timing import time_ops_in_place, time_step  # noqa: E402
@@ -518,12 +518,11 @@ def main() -> int:
     parser.add_argument("--rep", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
-    if options.malloc == "recycle" and not options.one:  # inherited by every child process
-        recycle_freed_memory()
     if options.one:
         result = measure_real(options.one, options, options.keep, capture=options.rep == 0)
         options.into.write_text(json.dumps(result))
         return 0
+    allocator = use_malloc(options.malloc)  # inherited by every child process
     verdicts = []
     cpu = None if options.no_pin else quietest_cpu()
     with tempfile.TemporaryDirectory() as tmp, pinned_cpu(cpu):
@@ -537,7 +536,7 @@ def main() -> int:
               if not v["step_ok"] or not v["spread_ok"] or v["misses"]]
     print(f"\n{torch.__version__}, device {options.device}, 1 thread, "
           f"{'every process on CPU ' + str(cpu) if cpu is not None else 'unpinned'}, allocator "
-          f"{'glibc defaults' if options.malloc == 'default' else 'GLIBC_TUNABLES=' + RECYCLE}; "
+          f"{allocator}; "
           + (f"MISSED: {', '.join(missed)}" if missed else "all targets met"))
     return 1 if missed else 0
 
