@@ -15,11 +15,11 @@ Three 2-rank CPU jobs built here (gloo, one torch thread a rank), each a trainin
   exchanged with ``all_to_all_single`` (each rank then holds its half of the batch for every
   table; the gradients go back the same way), a DDP top MLP 512-512-256-1, SGD.
 
-Per model: each rank records, after 3 warm steps, a Kineto trace of 9 steps (the original
+Per model: each rank records, after 3 warm steps, a Kineto trace of 40 steps (the original
 times: without the execution-trace observer, whose cost per call would inflate them) and
 then one step under the execution-trace observer alone (the calls and their dataflow), a
 barrier before each step; ``param-compute capture`` joins both ranks' traces into one spec
-(``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 9 occurrences by name. Then
+(``--from-et A --kineto KA --from-et B --kineto KB``), each call to its 40 occurrences by name. Then
 ``--reps`` repetitions interleaved of [from the second on, both ranks recorded and captured
 again: each collective's original time (its calls' ``comm_us``) in that
 recording; a collective's original is the median over the recordings, the first included],
@@ -57,11 +57,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _processes import use_malloc  # noqa: E402
 
 MODELS = ("ddp", "fsdp", "mpemb")
-#: Steps the Kineto trace holds (each call's original time: the mean over them).
-KINETO_STEPS = 9
-#: The replay's measuring time (--max-time): about as many steps as the real step's 15, so the
-#: collectives' medians (waits that vary several times from step to step) settle on both sides.
-REPLAY_MAX_TIME_S = 1.0
+#: Steps each recording's Kineto trace holds (each call's original time: the median over
+#: them). A collective overlapping compute on this 2-core machine takes one of two times from
+#: step to step (mpemb's all-reduce: 1-3 ms where gloo's threads find a core, 5-12 ms where
+#: compute holds both), so a median of a few steps lands in either; 40 settle it.
+KINETO_STEPS = 40
+#: The replay's measuring time (--max-time): as many steps again as a recording's, or more.
+REPLAY_MAX_TIME_S = 3.0
 
 
 # -- the models (built in each rank) ----------------------------------------------------------
@@ -130,7 +132,7 @@ def build(name: str, quick: bool):
 
 
 # -- the ranks' work ----------------------------------------------------------------------------
-def rank_record(model: str, out: Path, quick: bool) -> None:
+def rank_record(model: str, out: Path, quick: bool, steps: int = KINETO_STEPS) -> None:
     """This rank's traces: Kineto over ``KINETO_STEPS`` steps (the times: no execution-trace
     observer, whose cost per call is large), then one step under the observer alone (the
     calls and their dataflow); the capture joins them by name, each call to its occurrences
@@ -145,7 +147,7 @@ def rank_record(model: str, out: Path, quick: bool) -> None:
         step()
     et_path, kineto_path = out / f"et{rank}.json", out / f"kineto{rank}.json"
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(KINETO_STEPS):
+        for _ in range(steps):
             dist.barrier()
             step()
     prof.export_chrome_trace(str(kineto_path))
@@ -184,7 +186,7 @@ def worker(args) -> int:
     dist.init_process_group("gloo")
     try:
         if args.phase == "record":
-            rank_record(args.model, Path(args.dir), args.quick)
+            rank_record(args.model, Path(args.dir), args.quick, args.recorded_steps)
         else:
             rank_real(args.model, Path(args.dir), args.real_steps, args.quick)
     finally:
@@ -213,7 +215,8 @@ def torchrun(*argv: str) -> List[str]:
 def ranks_phase(model: str, phase: str, folder: Path, args) -> None:
     command = torchrun(str(Path(__file__).resolve()), "--worker", "--model", model,
                        "--phase", phase, "--dir", str(folder), "--real-steps",
-                       str(args.real_steps), *(["--quick"] if args.quick else []))
+                       str(args.real_steps), "--recorded-steps", str(args.recorded_steps),
+                       *(["--quick"] if args.quick else []))
     try:
         _run(command, f"{model} {phase}")
     except RuntimeError as failed:  # a rank's teardown can abort (gloo's threads): once more
@@ -234,10 +237,11 @@ def capture(model: str, folder: Path) -> Dict[str, Any]:
     return {"spec": spec, "covered": covered, "communication": comm, "summary": done.stdout}
 
 
-def replay(model: str, spec: Path, folder: Path, index: int) -> Dict[str, Any]:
+def replay(model: str, spec: Path, folder: Path, index: int,
+           max_time: float = REPLAY_MAX_TIME_S) -> Dict[str, Any]:
     out = folder / f"replay{index}.json"
     _run(torchrun("-m", "param_compute.run_benchmark", "-c", str(spec), "--replay-step",
-                  "--only", "c10d::*", "--max-time", str(REPLAY_MAX_TIME_S), "--output",
+                  "--only", "c10d::*", "--max-time", str(max_time), "--output",
                   str(out), "-q", "--no-progress"),
          f"{model} replay")
     files = [str(folder / f"replay{index}.rank{r}of2.json") for r in (0, 1)]
@@ -278,7 +282,7 @@ def evaluate(model: str, args, root: Path) -> Dict[str, Any]:
         per_rank = [json.loads((real / f"real{r}.json").read_text())["median_ms"]
                     for r in (0, 1)]
         reals.append(statistics.median(per_rank))
-        replays.append(replay(model, captured["spec"], folder, index))
+        replays.append(replay(model, captured["spec"], folder, index, args.replay_time))
     in_step = [job["in_step_ms"] for job in replays]
     real_ms, step_ms = statistics.median(reals), statistics.median(in_step)
     collectives = []
@@ -310,7 +314,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--real-steps", type=int, default=15)
+    parser.add_argument("--real-steps", type=int, default=30)
+    parser.add_argument("--recorded-steps", type=int, default=KINETO_STEPS,
+                        help=f"steps each recording's Kineto trace holds (default {KINETO_STEPS})")
+    parser.add_argument("--replay-time", type=float, default=REPLAY_MAX_TIME_S,
+                        help=f"the replay's --max-time, s (default {REPLAY_MAX_TIME_S})")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="small sizes (a check, no figure)")
     parser.add_argument("--step-tolerance", type=float, default=0.10)

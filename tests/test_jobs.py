@@ -510,3 +510,126 @@ def test_a_synchronous_collective_in_a_step_waits_its_work_before_the_next_call(
     replay._loop([None], times, False, lambda: next(ticks), False, replay._comm, [-1])
     assert log == ["issue", "wait", "compute"] and times == [10, 10]
     assert list(replay._comm["issued"]) == [0] and not replay.pending  # the collective's
+
+
+class _Observer:
+    """The execution-trace observer's bookkeeping, as torch's does it: a call's id when it
+    begins, its parent the top of its thread's stack then; a call that ends pops the top,
+    whatever that is, and its node is written then. ``span`` calls begin or end on a backend
+    thread while filed under this one, as a collective's ``gloo:`` span is."""
+
+    def __init__(self):
+        self.nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|thread]",
+                       "ctrl_deps": 0, "attrs": [{"name": "tid", "value": 1}]}]
+        self.stack, self.next, self.open = [1], 2, {}
+
+    def begin(self, key, name, schema="", types=(), values=(), shapes=()):
+        node = _node(self.next, name, schema, list(types), list(values), list(shapes),
+                     parent=self.stack[-1])
+        node["attrs"].append({"name": "tid", "type": "uint64", "value": 1})
+        self.open[key] = node
+        self.stack.append(self.next)
+        self.next += 1
+
+    def end(self, key):
+        self.stack.pop()
+        self.nodes.append(self.open.pop(key))
+
+    def call(self, key, *args, **kwargs):
+        self.begin(key, *args, **kwargs)
+        self.end(key)
+
+
+def _shifted_trace():
+    """An autograd node whose ``aten::empty`` was on top when gloo's thread began an earlier
+    all-reduce's span: the empty's end popped the span's id, so the all-to-all after it was
+    filed under the empty (which had ended), as a real gloo trace has it."""
+    ob = _Observer()
+    mul = dict(schema=MUL, types=["Tensor(float)", "Tensor(float)"],
+               values=[_t(10, 64), _t(11, 64)], shapes=[[64], [64]])
+    ob.call("mul", "aten::mul", **mul)
+    ob.begin("hook", "autograd::engine::evaluate_function: MulBackward0")  # DDP's hook
+    ob.call("allreduce", "c10d::allreduce_", ALLREDUCE,
+            ["GenericList[Tensor(float)]", "Object", "Object", "None", "Bool", "Int"],
+            [[_t(12, 64)], "<Object>", "<Object>", "<None>", True, -1],
+            [[[64]], [], [], [], [], []])
+    ob.end("hook")
+    ob.begin("backward", "autograd::engine::evaluate_function: _AlltoAllSingleBackward")
+    ob.begin("function", "_AlltoAllSingleBackward")
+    ob.begin("empty", "aten::empty", str(torch.ops.aten.empty.memory_format._schema),
+             ["GenericList[Int]", "None", "None", "None", "None", "None"],
+             [[8], "<None>", "<None>", "<None>", "<None>", "<None>"], [[[]], [], [], [], [],
+                                                                     []])
+    ob.begin("span", "gloo:all_reduce")  # on gloo's thread, filed under this one
+    ob.end("empty")  # pops the span's id: the empty stays on the stack
+    ob.call("alltoall", "c10d::alltoall_base_", ALLTOALL,
+            ["Tensor(float)", "Tensor(float)", "Object", "GenericList[Int,Int]",
+             "GenericList[Int,Int]", "Bool", "Int"],
+            [_t(20, 8), _t(21, 8), "<Object>", [4, 4], [4, 4], False, -1],
+            [[8], [8], [], [[], []], [[], []], [], []])
+    ob.end("function")
+    ob.end("backward")
+    ob.end("span")  # gloo's thread: pops whatever is on top
+    ob.call("mul2", "aten::mul", **mul)
+    return {"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": ob.nodes}
+
+
+def test_parents_the_observer_filed_wrong_around_a_backend_span_are_rebuilt():
+    from param_compute.capture.trace.walk import TraceTree, replay_level_nodes
+
+    trace = _shifted_trace()
+    recorded = {n["name"]: n["ctrl_deps"] for n in trace["nodes"]}
+    by_name = {n["name"]: n["id"] for n in trace["nodes"]}
+    assert recorded["c10d::alltoall_base_"] == by_name["aten::empty"]  # the damage
+    tree = TraceTree(copy.deepcopy(trace))
+    taken = [n["name"] for n in replay_level_nodes(tree)[0]]
+    assert taken == ["aten::mul", "c10d::allreduce_", "aten::empty", "c10d::alltoall_base_",
+                     "aten::mul"]
+    assert tree.by_id[by_name["c10d::alltoall_base_"]]["ctrl_deps"] == by_name[
+        "_AlltoAllSingleBackward"]
+    assert tree.repaired["links"] == 1 and tree.repaired["threads"] == 1
+    # a file in start order (re-sorted by id: every parent before its children) is not the
+    # observer's end order: left as it is, whatever its spans
+    resorted = copy.deepcopy(trace)
+    resorted["nodes"].sort(key=lambda n: n["id"])
+    tree = TraceTree(resorted)
+    assert tree.repaired is None
+    assert "c10d::alltoall_base_" not in [n["name"] for n in replay_level_nodes(tree)[0]]
+    # a healthy trace (no span on the thread) is not touched
+    healthy = copy.deepcopy(trace)
+    healthy["nodes"] = [n for n in healthy["nodes"] if n["name"] != "gloo:all_reduce"]
+    assert TraceTree(healthy).repaired is None
+
+
+def test_a_capture_says_it_rebuilt_parents_and_keeps_the_call_the_trace_hid(tmp_path, capsys):
+    from param_compute.capture.trace.execution_trace import capture_execution_trace
+
+    workload = capture_execution_trace(_shifted_trace(), source="et.json")
+    assert [c["config"][0] for c in workload.step.calls] == [
+        "aten::mul", "c10d::allreduce_", "aten::empty", "c10d::alltoall_base_", "aten::mul"]
+    assert workload.report()["nesting_repaired"]["links"] == 1
+    assert any(line.startswith("  nesting: 1 parent links rebuilt") for line in
+               workload.summary_lines())
+
+
+def test_a_collectives_in_step_time_is_its_calls_medians_as_the_originals_is():
+    """Each call's median over the call-timed steps, averaged over the config's calls: the
+    capture's statistic for the original. Skewed times (a collective that waits 1 or 9 ms)
+    would make a median of per-step means another number."""
+    from types import SimpleNamespace
+
+    from param_compute.runtime.step_run import communication
+
+    call = SimpleNamespace(collective=True, failed=None, run_key="c10d::alltoall_base_|0|0|0")
+    other = SimpleNamespace(collective=False, failed=None, run_key="aten::mm|0|0|0")
+    replay = SimpleNamespace(calls=[call, other, call], step={"calls": [
+        {"comm_us": 1000.0}, {}, {"comm_us": 3000.0}]})
+    # per step, µs as ns: call 0 is 1, 1, 9 ms; call 2 is 9, 1, 1 ms
+    passes = [{"per_call": {0: 1e6, 2: 9e6}, "exposed_ns": 0},
+              {"per_call": {0: 1e6, 2: 1e6}, "exposed_ns": 0},
+              {"per_call": {0: 9e6, 2: 1e6}, "exposed_ns": 0}]
+    row = communication(replay, passes)["collectives"]["c10d::alltoall_base_|0|0|0"]
+    assert row == {"comm_us": 1000.0, "original_comm_us": 2000.0}  # not 5000: per-step means
+    # a call with no timed step leaves the config without a figure, never a partial mean
+    passes = [{"per_call": {0: 1e6}, "exposed_ns": 0}]
+    assert communication(replay, passes)["collectives"][call.run_key]["comm_us"] is None

@@ -137,6 +137,10 @@ def summary_lines(workload) -> List[str]:
     lines = [workload.summary()]
     if workload.steps is not None:
         lines.append(f"  steps: {workload.steps.describe()}")
+    if workload.nesting is not None:
+        lines.append(f"  nesting: {workload.nesting['links']} parent links rebuilt (a "
+                     "collective's backend span shifted the trace observer's stack; "
+                     "nesting_repaired in the report says how)")
     if workload.strides is not None and not workload.strides.get("recorded"):
         lines.append(f"  layouts: the trace records no strides; recovered from its views "
                      f"on meta tensors: {workload.strides.get('recovered_inputs', 0)} strided "

@@ -121,6 +121,7 @@ class CapturedWorkload:
         self._ops: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
         self._skipped: Dict[Tuple[str, str], SkippedOp] = {}
         self.steps = None  # trace_walk.Steps, for an execution trace
+        self.nesting: Optional[Dict[str, Any]] = None  # parent links rebuilt (repair_nesting)
         self.strides: Optional[Dict[str, Any]] = None  # how input layouts were obtained
         self.kineto: Optional[Dict[str, Any]] = None  # the Kineto join's coverage
         self._original_skipped: Dict[str, OriginalTimes] = {}
@@ -450,6 +451,8 @@ class CapturedWorkload:
             report["allowed_namespaces"] = sorted(self.allow_namespaces)
         if self.steps is not None:
             report["steps"] = self.steps.to_json()
+        if self.nesting is not None:
+            report["nesting_repaired"] = self.nesting
         if self.distributed is not None:
             report["distributed"] = self.distributed
         if self.strides is not None:

@@ -261,11 +261,13 @@ def host_step_us(replay, device) -> float:
 
 
 def communication(replay, passes: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """A job's step: each collective config's communication time in the step (``comm_us``: the
-    median over the call-timed steps of its mean per call, issue to completion), beside the
-    original's (the step file's ``comm_us``), and the step's totals (``communication``: the
-    collectives' time, and the part not hidden behind compute, the time spent waiting on
-    them), each per step, ms."""
+    """A job's step: each collective config's communication time in the step (``comm_us``:
+    each of its calls' median over the call-timed steps, issue to completion, averaged over
+    its calls: the statistic the capture gives the original, each call's median over the
+    trace's steps; a median of per-step means would not be, where the times are skewed),
+    beside the original's (the step file's ``comm_us``), and the step's totals
+    (``communication``: the collectives' time, and the part not hidden behind compute, the
+    time spent waiting on them), each per step, ms."""
     per_config: Dict[str, List[int]] = {}
     for index, call in enumerate(replay.calls):
         if call.collective and call.failed is None:
@@ -273,9 +275,14 @@ def communication(replay, passes: List[Dict[str, Any]]) -> Dict[str, Any]:
     originals = [entry.get("comm_us") for entry in replay.step["calls"]]
     configs: Dict[str, Dict[str, Any]] = {}
     for key, indices in per_config.items():
-        means = [sum(p["per_call"].get(i, 0) for i in indices) / len(indices) / 1e3
-                 for p in passes if p and all(i in p["per_call"] for i in indices)]
-        row: Dict[str, Any] = {"comm_us": round(median(means), 3) if means else None}
+        medians = []
+        for index in indices:
+            times = [p["per_call"][index] / 1e3 for p in passes
+                     if p and index in p["per_call"]]
+            if times:
+                medians.append(median(times))
+        row: Dict[str, Any] = {"comm_us": round(sum(medians) / len(medians), 3)
+                               if len(medians) == len(indices) else None}
         known = [originals[i] for i in indices if originals[i] is not None]
         if len(known) == len(indices):
             row["original_comm_us"] = round(sum(known) / len(known), 3)

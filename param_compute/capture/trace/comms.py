@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from param_compute.capture.accounting import TraceError
-from param_compute.capture.trace.walk import TraceTree, attr
+from param_compute.capture.trace.walk import COLLECTIVE_SPAN_PREFIXES, TraceTree, attr
 from param_compute.formatting import printable
 
 #: torch's name for the default process group (``pg_config``'s first ``pg_name``).
 DEFAULT_GROUP = "0"
-BACKEND_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 MAX_WORLD = 1 << 16
 MAX_GROUPS = 4096
 MAX_TEXT = 200
@@ -123,7 +122,7 @@ def backend_nodes(tree: TraceTree, calls: List[Dict[str, Any]]) -> Dict[Any, Dic
     the trace holds as many backend nodes as calls, each call's in order; else, of the next
     few not yet paired after the call (by id), the first over one of its tensors, else the
     first."""
-    spans = sorted((n for n in tree.nodes if str(n.get("name", "")).startswith(BACKEND_PREFIXES)
+    spans = sorted((n for n in tree.nodes if str(n.get("name", "")).startswith(COLLECTIVE_SPAN_PREFIXES)
                     and isinstance(n.get("id"), int)), key=lambda n: n["id"])
     ordered = sorted((c for c in calls if isinstance(c.get("id"), int)), key=lambda n: n["id"])
     if ordered and len(ordered) == len(spans):

@@ -238,6 +238,7 @@ def capture_execution_trace(trace, skip_views: bool = False, source: Optional[st
     workload = CapturedWorkload(source or "execution trace", skip_views,
                                 allow_namespaces=allow_namespaces, target_device=target_device)
     workload.steps = steps
+    workload.nesting = tree.repaired
     taken, dropped = replay_level_nodes(tree, window)
     for number in steps.found:
         steps.calls_per_step[number] = 0

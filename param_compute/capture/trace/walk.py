@@ -25,7 +25,11 @@ from param_compute.capture.accounting import TraceError
 from param_compute.capture.schema_args import is_composite_wrapper
 
 BACKEND_PREFIXES = ("cudnn_", "miopen_", "mkldnn_")
+#: The record functions a collective's backend opens around its work (``gloo:all_reduce``):
+#: filed under the issuing thread's id, though begun or ended on the backend's own thread.
+COLLECTIVE_SPAN_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_OBSERVER_NODE = "[pytorch|profiler|execution_trace|"
 
 
 def attr(node: Dict[str, Any], name: str) -> Any:
@@ -37,6 +41,80 @@ def attr(node: Dict[str, Any], name: str) -> Any:
 
 def parent_id(node: Dict[str, Any]) -> Any:
     return node.get("ctrl_deps", node.get("parent"))
+
+
+def repair_nesting(nodes: List[Dict[str, Any]],
+                   by_id: Dict[Any, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """Rebuild the parent links the execution-trace observer recorded wrong; what was rebuilt
+    (``None``: nothing).
+
+    The observer keeps one stack of open calls per thread id: a call's parent is the top when
+    it begins, and a call that ends pops the top, whatever that is. A collective's backend span
+    (``gloo:all_reduce``) is filed under the issuing thread's id but begins or ends on the
+    backend's thread, amid that thread's calls; from then on the stack holds the wrong ids,
+    and calls are filed under calls that had already ended: an all-to-all under an
+    ``aten::empty`` is taken for part of it, and silently lost. A node's id follows its call's
+    start and its place in the file its call's end, so a call's true parent is the latest call
+    begun before it on its thread that ended after it. Rebuilt from those two orders for each
+    thread id that holds a span and shows the damage (a parent written before its child),
+    where the file is otherwise in end order: a file re-sorted by id is left as it is."""
+    position: Dict[int, int] = {}
+    for index, node in enumerate(nodes):
+        if type(node["id"]) is int:
+            position[node["id"]] = index
+    threads: Dict[Any, List[Dict[str, Any]]] = {}
+    roots: Dict[Any, int] = {}
+    spanned = set()
+    for node in nodes:
+        if type(node["id"]) is not int:
+            continue
+        name, tid = str(node.get("name", "")), attr(node, "tid")
+        if isinstance(tid, (list, dict)):
+            continue
+        if name.startswith(_OBSERVER_NODE):
+            if name.endswith("thread]"):
+                roots.setdefault(tid, node["id"])
+        elif name.startswith(COLLECTIVE_SPAN_PREFIXES):
+            spanned.add(tid)
+        else:
+            threads.setdefault(tid, []).append(node)
+    rebuilt: Dict[Any, int] = {}
+    for tid, members in threads.items():
+        if tid not in spanned:
+            continue
+        inside = {node["id"] for node in members}
+        in_end_order = damaged = 0
+        for node in members:
+            parent = parent_id(node)
+            if parent in inside and parent != node["id"]:
+                if position[parent] > position[node["id"]]:
+                    in_end_order += 1
+                else:
+                    damaged += 1
+            elif parent in by_id and str(by_id[parent].get("name", "")).startswith(
+                    COLLECTIVE_SPAN_PREFIXES):
+                damaged += 1
+        if not damaged or in_end_order < 2 * damaged:
+            continue
+        stack: List[int] = []
+        changed = 0
+        for node in sorted(members, key=lambda n: n["id"]):
+            while stack and position[stack[-1]] < position[node["id"]]:
+                stack.pop()  # ended before this call did: before it began
+            recorded = parent_id(node)
+            parent = stack[-1] if stack else roots.get(tid, recorded)
+            if parent != recorded:
+                node["ctrl_deps" if "ctrl_deps" in node else "parent"] = parent
+                changed += 1
+            stack.append(node["id"])
+        if changed:
+            rebuilt[tid] = changed
+    if not rebuilt:
+        return None
+    return {"links": sum(rebuilt.values()), "threads": len(rebuilt),
+            "why": "a collective's backend span, filed under its issuing thread but begun or "
+                   "ended on the backend's own, shifted the observer's stack of open calls: "
+                   "parents rebuilt from the calls' start order (ids) and end order (the file)"}
 
 
 def is_backend_op(name: str) -> bool:
@@ -87,6 +165,8 @@ class TraceTree:
     def __init__(self, trace: Dict[str, Any], source: Any = "execution trace"):
         self.nodes = [n for n in trace["nodes"] if isinstance(n, dict) and "id" in n]
         self.by_id = {n["id"]: n for n in self.nodes}
+        #: the parent links rebuilt where the observer recorded them wrong (``repair_nesting``)
+        self.repaired = repair_nesting(self.nodes, self.by_id)
         self.children: Dict[Any, List[Dict[str, Any]]] = {}
         self.roots: List[Dict[str, Any]] = []
         for node in self.nodes:
