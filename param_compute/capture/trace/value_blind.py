@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, Hashable, List, Optional, Sequence
 
 from param_compute.capture.trace.step import _at, _input_names, _io, _keys
-from param_compute.capture.trace.walk import TraceTree, parent_id
+from param_compute.capture.trace.walk import TraceTree
 from param_compute.capture.values import split_types
 
 #: The record-function name prefix of an optimizer's step (``torch.optim.Optimizer``).
@@ -84,7 +84,7 @@ def optimizer_of(tree: TraceTree, node: Dict[str, Any], cache: Dict[Any, Optiona
         if name.startswith(OPTIMIZER_PREFIX):
             found = name[len(OPTIMIZER_PREFIX):] or "optimizer"
             break
-        parent = parent_id(tree.by_id[current])
+        parent = tree.parent_of(tree.by_id[current])
         if parent == current:
             break
         current = parent

@@ -43,10 +43,10 @@ def parent_id(node: Dict[str, Any]) -> Any:
     return node.get("ctrl_deps", node.get("parent"))
 
 
-def repair_nesting(nodes: List[Dict[str, Any]],
-                   by_id: Dict[Any, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """Rebuild the parent links the execution-trace observer recorded wrong; what was rebuilt
-    (``None``: nothing).
+def repair_nesting(nodes: List[Dict[str, Any]], by_id: Dict[Any, Dict[str, Any]]
+                   ) -> Tuple[Dict[int, Any], Optional[Dict[str, Any]]]:
+    """The parent links the execution-trace observer recorded wrong, rebuilt (node id -> its
+    parent's; the nodes are left as they are), and what was rebuilt (``None``: nothing).
 
     The observer keeps one stack of open calls per thread id: a call's parent is the top when
     it begins, and a call that ends pops the top, whatever that is. A collective's backend span
@@ -78,7 +78,8 @@ def repair_nesting(nodes: List[Dict[str, Any]],
             spanned.add(tid)
         else:
             threads.setdefault(tid, []).append(node)
-    rebuilt: Dict[Any, int] = {}
+    rebuilt: Dict[int, Any] = {}
+    per_thread = 0
     for tid, members in threads.items():
         if tid not in spanned:
             continue
@@ -97,24 +98,23 @@ def repair_nesting(nodes: List[Dict[str, Any]],
         if not damaged or in_end_order < 2 * damaged:
             continue
         stack: List[int] = []
-        changed = 0
+        before = len(rebuilt)
         for node in sorted(members, key=lambda n: n["id"]):
             while stack and position[stack[-1]] < position[node["id"]]:
                 stack.pop()  # ended before this call did: before it began
             recorded = parent_id(node)
             parent = stack[-1] if stack else roots.get(tid, recorded)
             if parent != recorded:
-                node["ctrl_deps" if "ctrl_deps" in node else "parent"] = parent
-                changed += 1
+                rebuilt[node["id"]] = parent
             stack.append(node["id"])
-        if changed:
-            rebuilt[tid] = changed
+        per_thread += len(rebuilt) > before
     if not rebuilt:
-        return None
-    return {"links": sum(rebuilt.values()), "threads": len(rebuilt),
-            "why": "a collective's backend span, filed under its issuing thread but begun or "
-                   "ended on the backend's own, shifted the observer's stack of open calls: "
-                   "parents rebuilt from the calls' start order (ids) and end order (the file)"}
+        return rebuilt, None
+    return rebuilt, {
+        "links": len(rebuilt), "threads": per_thread,
+        "why": "a collective's backend span, filed under its issuing thread but begun or ended "
+               "on the backend's own, shifted the observer's stack of open calls: parents "
+               "rebuilt from the calls' start order (ids) and end order (the file)"}
 
 
 def is_backend_op(name: str) -> bool:
@@ -165,12 +165,13 @@ class TraceTree:
     def __init__(self, trace: Dict[str, Any], source: Any = "execution trace"):
         self.nodes = [n for n in trace["nodes"] if isinstance(n, dict) and "id" in n]
         self.by_id = {n["id"]: n for n in self.nodes}
-        #: the parent links rebuilt where the observer recorded them wrong (``repair_nesting``)
-        self.repaired = repair_nesting(self.nodes, self.by_id)
+        #: parent links rebuilt where the observer recorded them wrong (``repair_nesting``):
+        #: node id -> parent id, and what was rebuilt (None: nothing)
+        self._rebuilt, self.repaired = repair_nesting(self.nodes, self.by_id)
         self.children: Dict[Any, List[Dict[str, Any]]] = {}
         self.roots: List[Dict[str, Any]] = []
         for node in self.nodes:
-            parent = parent_id(node)
+            parent = self.parent_of(node)
             if parent in self.by_id and parent != node["id"]:
                 self.children.setdefault(parent, []).append(node)
             else:
@@ -186,8 +187,13 @@ class TraceTree:
             if attr(node, "op_schema"):
                 self.mark_ancestors(node, self.has_operator_below)
 
+    def parent_of(self, node: Dict[str, Any]) -> Any:
+        """A node's parent id: as recorded, or as rebuilt (``repair_nesting``)."""
+        rebuilt = self._rebuilt.get(node["id"]) if self._rebuilt else None
+        return parent_id(node) if rebuilt is None else rebuilt
+
     def _parent(self, node_id: Any) -> Any:
-        parent = parent_id(self.by_id[node_id])
+        parent = self.parent_of(self.by_id[node_id])
         return parent if parent in self.by_id and parent != node_id else None
 
     def _refuse_cycles(self, source: Any) -> None:
@@ -210,13 +216,13 @@ class TraceTree:
                 state[node_id] = True
 
     def mark_ancestors(self, node: Dict[str, Any], marks: set) -> None:
-        parent, guard = parent_id(node), 0
+        parent, guard = self.parent_of(node), 0
         while parent in self.by_id and parent not in marks and guard < len(self.nodes):
             marks.add(parent)  # once marked, so are its ancestors
             guard += 1
-            if parent_id(self.by_id[parent]) == parent:
+            if self.parent_of(self.by_id[parent]) == parent:
                 break
-            parent = parent_id(self.by_id[parent])
+            parent = self.parent_of(self.by_id[parent])
 
     def step_of(self) -> Dict[Any, int]:
         """node id -> the step number of the window holding it.
