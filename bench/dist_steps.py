@@ -33,9 +33,9 @@ totals --json`` of both ranks' files: the job's in-step time, the median over th
 Targets: every rank's original time covered >= 95% (the capture summary); the job's in-step
 replay within ±``--step-tolerance`` (10%) of the real step (medians over repetitions); per
 collective whose original time is over 2% of the step, its in-step time within
-±``--op-tolerance`` (25%) of the original (from its issue to its backend span's end in the trace), per rank,
-printed with the 95% bootstrap interval of that ratio over the repetitions. Exit
-status 1 on a miss; ``--out`` keeps every trace, spec and results file.
+±``--op-tolerance`` (25%) of the original (from its issue to its backend span's end in the
+trace), per rank, printed with the 95% bootstrap interval of that ratio over the
+repetitions. Exit status 1 on a miss; ``--out`` keeps every trace, spec and results file.
 """
 
 from __future__ import annotations

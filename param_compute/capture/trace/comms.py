@@ -122,7 +122,8 @@ def backend_nodes(tree: TraceTree, calls: List[Dict[str, Any]]) -> Dict[Any, Dic
     the trace holds as many backend nodes as calls, each call's in order; else, of the next
     few not yet paired after the call (by id), the first over one of its tensors, else the
     first."""
-    spans = sorted((n for n in tree.nodes if str(n.get("name", "")).startswith(COLLECTIVE_SPAN_PREFIXES)
+    spans = sorted((n for n in tree.nodes
+                    if str(n.get("name", "")).startswith(COLLECTIVE_SPAN_PREFIXES)
                     and isinstance(n.get("id"), int)), key=lambda n: n["id"])
     ordered = sorted((c for c in calls if isinstance(c.get("id"), int)), key=lambda n: n["id"])
     if ordered and len(ordered) == len(spans):
