@@ -496,9 +496,10 @@ def test_a_synchronous_collective_in_a_step_waits_its_work_before_the_next_call(
         return tensor
 
     t = torch.ones(2)
-    plan = [(0, collective, [t], {}, (), (), (), 0, (), False, True),
-            (1, compute, [t], {}, (), (), (), 0, (), False, False)]
     replay = StepReplay.__new__(StepReplay)
+    replay._comm = None
+    plan = [(0, replay._issue_and_wait(collective, 0), [t], {}, (), (), (), 0, (), False),
+            (1, compute, [t], {}, (), (), (), 0, (), False)]
     replay._plan, replay.works, replay.pending, replay.tail_wait_ns = plan, [None, None], \
         False, 0
     replay.clock = type("HostClock", (), {"name": "host"})()

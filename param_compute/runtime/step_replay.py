@@ -384,7 +384,7 @@ class StepReplay:
         last_host: Optional[float] = None
         now = time.perf_counter_ns
         works = self.works
-        for index, func, args, kwargs, fills, outs, frees, wait, waits, issues, collective \
+        for index, func, args, kwargs, fills, outs, frees, wait, waits, issues \
                 in self._compiled():
             at[0] = index
             for container, key, slot in fills:
@@ -413,30 +413,6 @@ class StepReplay:
                 self.pending = True
                 if comm is not None:
                     self._issued(index, begin_ns, work, comm)
-            elif collective:  # synchronous: its work waited here, its completion stamped
-                begin_ns = now()
-                if times is None:
-                    result, work = func(*args, **kwargs)
-                    if work is not None:
-                        work.wait()
-                else:
-                    if cover is not None:
-                        cover(last_host)
-                    start = clock()
-                    result, work = func(*args, **kwargs)
-                    if comm is not None:
-                        self._issued(index, begin_ns, work, comm)
-                    if work is not None:
-                        work.wait()
-                    end = clock()
-                    if stamped:
-                        times[index] = (start, end)
-                        if host_ms is not None:
-                            last_host = host_ms(start, end) * 1e3
-                    else:
-                        times[index] = end - start
-                        if starts is not None:
-                            starts[index] = start
             elif times is None:
                 result = func(*args, **kwargs)
             elif stamped:
@@ -532,13 +508,30 @@ class StepReplay:
                 exposed += times[index]
         return {"per_call": per_call, "exposed_ns": exposed}
 
+    def _issue_and_wait(self, func, index: int):
+        """A synchronous collective as the timed loops call it: issued, its completion stamped
+        in a call-timed step (``_issued``), its work waited before it returns, so that the
+        call's clock runs to the work's end like any call's."""
+        now = time.perf_counter_ns
+
+        def call(*args, **kwargs):
+            begin_ns = now()
+            result, work = func(*args, **kwargs)
+            if self._comm is not None:
+                self._issued(index, begin_ns, work, self._comm)
+            if work is not None:
+                work.wait()
+            return result
+        return call
+
     def _compiled(self) -> List[Tuple[Any, ...]]:
         """The calls that run, as flat tuples (index, callable, args, kwargs, fills, outputs,
         frees, host gap ns to wait before it, earlier work waited before it, whether it is an
-        async collective, whether a collective), built once after the checked pass: the replay's own Python between two calls
-        is host time the original step did not spend, and a small-op step is made of it. An
-        aten overload is called through its C++ entry (``OpOverload.__call__`` only forwards
-        to it), saving a Python frame per call."""
+        async collective), built once after the checked pass: the replay's own Python between
+        two calls is host time the original step did not spend, and a small-op step is made of
+        it. An aten overload is called through its C++ entry (``OpOverload.__call__`` only
+        forwards to it), saving a Python frame per call; a synchronous collective through
+        ``_issue_and_wait``."""
         if self._plan is None:
             plan = []
             for index, call in enumerate(self.calls):
@@ -547,12 +540,14 @@ class StepReplay:
                 func = call.func
                 if type(func) is torch._ops.OpOverload:
                     func = func._op
+                if call.collective and not call.issues:
+                    func = self._issue_and_wait(func, index)
                 plan.append((index, func, call.args, call.kwargs,
                              tuple((c, k, slot) for c, k, slot, _, _ in call.fills),
                              tuple((path[0], path[1] if len(path) > 1 else -1, slot)
                                    for path, slot in call.outs),
                              tuple(call.frees), self.waits_ns[index], call.waits,
-                             call.issues, call.collective))
+                             call.issues))
             self._plan = plan
         return self._plan
 
